@@ -1,0 +1,1 @@
+"""vertex-llama: llama-server's HTTP API, in Python, over llama.cpp; see README.md for the layers."""

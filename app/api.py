@@ -1,0 +1,142 @@
+"""The types every handler speaks, independent of any web framework: ApiRequest in, ApiReply out.
+
+The Flask layer builds an ``ApiRequest`` from a real HTTP request; the Vertex predict layer builds
+one per instance. ``guard`` turns any exception a handler raises into an error reply through the
+one error table, so a handler never takes the server down.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from app.errors import InvalidRequestError, error_body, is_expected
+
+__all__ = [
+    "ApiReply",
+    "ApiRequest",
+    "Handler",
+    "InvalidRequestError",
+    "Route",
+    "SseEvent",
+    "guard",
+]
+
+log = logging.getLogger(__name__)
+
+_NO_JSON = object()
+
+
+def _never_stop() -> bool:
+    return False
+
+
+@dataclass(frozen=True)
+class ApiRequest:
+    method: str
+    path: str
+    body: bytes = b""
+    params: Mapping[str, str] = field(default_factory=dict)
+    headers: Mapping[str, str] = field(default_factory=dict)
+    path_params: Mapping[str, str] = field(default_factory=dict)
+    should_stop: Callable[[], bool] = _never_stop
+    parsed_body: Any = _NO_JSON
+
+    def json(self) -> Any:
+        """The body as JSON (``None`` for an empty body); 400 naming the problem if it is not JSON."""
+        if self.parsed_body is not _NO_JSON:
+            return self.parsed_body
+        if not self.body.strip():
+            return None
+        try:
+            text = self.body.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise InvalidRequestError(f"the request body is not valid UTF-8: {exc}") from None
+        try:
+            return json.loads(text, parse_constant=_reject_constant)
+        except json.JSONDecodeError as exc:
+            raise InvalidRequestError(f"the request body is not valid JSON: {exc}") from None
+        except RecursionError:
+            raise InvalidRequestError("the request body is nested too deeply") from None
+
+    def json_object(self) -> dict[str, Any]:
+        """The body as a JSON object; an empty body counts as ``{}``."""
+        value = self.json()
+        if value is None:
+            return {}
+        if not isinstance(value, dict):
+            raise InvalidRequestError("the request body must be a JSON object")
+        return value
+
+    def with_json(self, value: Any, path: str | None = None) -> ApiRequest:
+        return ApiRequest(
+            method=self.method,
+            path=path or self.path,
+            body=b"",
+            params=self.params,
+            headers=self.headers,
+            path_params=self.path_params,
+            should_stop=self.should_stop,
+            parsed_body=value,
+        )
+
+
+def _reject_constant(name: str) -> Any:
+    raise InvalidRequestError(f"the request body is not valid JSON: {name} is not a JSON number")
+
+
+@dataclass(frozen=True)
+class SseEvent:
+    """One server-sent event: ``data`` is JSON-encoded unless it is a string (``[DONE]``)."""
+
+    data: Any
+    event: str | None = None
+
+
+@dataclass(frozen=True)
+class ApiReply:
+    status: int = 200
+    body: Any = None
+    text: str | None = None
+    content_type: str | None = None
+    headers: Mapping[str, str] = field(default_factory=dict)
+    stream: Iterator[SseEvent] | None = None
+
+    @classmethod
+    def error(cls, exc: BaseException) -> ApiReply:
+        status, body = error_body(exc)
+        return cls(status=status, body=body)
+
+
+Handler = Callable[[ApiRequest], ApiReply]
+
+
+def guard(handler: Handler) -> Handler:
+    """Wrap a handler so that every exception becomes an error reply from the error table."""
+
+    def guarded(request: ApiRequest) -> ApiReply:
+        try:
+            return handler(request)
+        except Exception as exc:
+            if not is_expected(exc):
+                log.exception("unexpected error in %s %s", request.method, request.path)
+            return ApiReply.error(exc)
+
+    guarded.__name__ = getattr(handler, "__name__", "handler")
+    guarded.__doc__ = handler.__doc__
+    return guarded
+
+
+@dataclass(frozen=True)
+class Route:
+    """A route bound to a server: ``handler`` takes an ApiRequest and never raises. ``name`` is the
+    handler's name: two routes with the same name are the same endpoint."""
+
+    method: str
+    path: str
+    name: str
+    handler: Handler
+    public: bool = False

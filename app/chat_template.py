@@ -1,0 +1,140 @@
+"""Chat prompts: the model's Jinja chat template (or llama.cpp's built-in formats with --no-jinja).
+
+Templates are rendered in Jinja's immutable sandbox with the helpers Hugging Face templates expect
+(``raise_exception``, ``strftime_now``, a ``tojson`` that does not HTML-escape).
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import jinja2
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+from app.errors import InvalidRequestError
+
+CHATML = (
+    "{% for message in messages %}"
+    "{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+)
+
+BuiltinRenderer = Callable[[str | None, Sequence[tuple[str, str]], bool], str]
+
+
+class TemplateError(Exception):
+    """The configured chat template cannot be used (reported at start-up)."""
+
+
+def _raise_exception(message: str) -> None:
+    raise InvalidRequestError(f"the chat template rejected the messages: {message}")
+
+
+def _strftime_now(fmt: str) -> str:
+    return datetime.datetime.now().strftime(fmt)
+
+
+def _tojson(value: Any, indent: int | None = None, **_: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, indent=indent)
+
+
+def looks_like_jinja(text: str) -> bool:
+    return "{%" in text or "{{" in text
+
+
+@dataclass(frozen=True)
+class TemplateChoice:
+    """Which template to use: Jinja source, or a llama.cpp built-in (``None`` = the model's)."""
+
+    jinja_source: str | None
+    builtin_name: str | None
+
+
+def choose_template(
+    configured: str | None, configured_file: str | None, model_template: str | None, use_jinja: bool
+) -> TemplateChoice:
+    if configured_file:
+        with open(configured_file, encoding="utf-8") as handle:
+            configured = handle.read()
+    if configured:
+        if looks_like_jinja(configured):
+            return TemplateChoice(configured, None)
+        if configured == "chatml" and use_jinja:
+            return TemplateChoice(CHATML, None)
+        return TemplateChoice(None, configured)
+    if use_jinja:
+        return TemplateChoice(model_template or CHATML, None)
+    return TemplateChoice(None, None if model_template else "chatml")
+
+
+class ChatTemplate:
+    """Renders a list of OpenAI-style messages into the model's prompt text."""
+
+    def __init__(
+        self,
+        choice: TemplateChoice,
+        bos_token: str,
+        eos_token: str,
+        builtin: BuiltinRenderer,
+    ) -> None:
+        self.choice = choice
+        self._bos = bos_token
+        self._eos = eos_token
+        self._builtin = builtin
+        self._template: jinja2.Template | None = None
+        if choice.jinja_source is not None:
+            env = ImmutableSandboxedEnvironment(
+                trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"]
+            )
+            env.filters["tojson"] = _tojson
+            env.globals["raise_exception"] = _raise_exception
+            env.globals["strftime_now"] = _strftime_now
+            try:
+                self._template = env.from_string(choice.jinja_source)
+            except jinja2.TemplateError as exc:
+                raise TemplateError(f"the chat template does not parse: {exc}") from None
+        self.check()
+
+    @property
+    def source(self) -> str:
+        return self.choice.jinja_source or self.choice.builtin_name or ""
+
+    def check(self) -> None:
+        """Render a probe conversation, so that a broken template fails at start-up."""
+        try:
+            self.render([{"role": "user", "content": "hello"}], add_generation_prompt=True)
+        except InvalidRequestError as exc:
+            raise TemplateError(f"the chat template cannot render a plain conversation: {exc}") from None
+
+    def render(
+        self,
+        messages: list[dict[str, Any]],
+        add_generation_prompt: bool = True,
+        tools: list[dict[str, Any]] | None = None,
+        extra: dict[str, Any] | None = None,
+    ) -> str:
+        if self._template is None:
+            pairs = [(m["role"], m.get("content") or "") for m in messages]
+            return self._builtin(self.choice.builtin_name, pairs, add_generation_prompt)
+        context: dict[str, Any] = dict(extra or {})
+        context.update(
+            messages=messages,
+            add_generation_prompt=add_generation_prompt,
+            bos_token=self._bos,
+            eos_token=self._eos,
+        )
+        if tools:
+            context["tools"] = tools
+        try:
+            return self._template.render(**context)
+        except InvalidRequestError:
+            raise
+        except jinja2.TemplateError as exc:
+            raise InvalidRequestError(f"the chat template failed on these messages: {exc}") from None
+        except (TypeError, ValueError, KeyError, AttributeError) as exc:
+            raise InvalidRequestError(f"the chat template failed on these messages: {exc}") from None

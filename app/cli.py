@@ -1,0 +1,85 @@
+"""``python -m app``: parse llama-server's flags, check the model, and run gunicorn.
+
+gunicorn runs ONE worker process (the model lives there once) with gthread threads; the app is
+loaded in the worker, never preloaded, because llama.cpp state does not survive ``fork``. The
+port is bound at once and the model loads on the engine thread in the background.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from app.logs import configure_logging
+from app.model_files import ModelFileError, resolve_model_path
+from app.routes import ROUTES
+from app.settings import Settings, SettingsError, parse_settings
+from gcp import VertexEnvironment, VertexEnvironmentError, read_vertex_environment
+
+log = logging.getLogger("app")
+
+GRACEFUL_SHUTDOWN_SECONDS = 30
+
+
+def listen_port(settings: Settings, vertex: VertexEnvironment | None) -> int:
+    if vertex is None:
+        return settings.port
+    if vertex.port != settings.port:
+        log.warning("AIP_HTTP_PORT=%s overrides --port %s", vertex.port, settings.port)
+    return vertex.port
+
+
+def gunicorn_options(settings: Settings, port: int) -> dict[str, Any]:
+    host = f"[{settings.host}]" if ":" in settings.host else settings.host
+    return {
+        "bind": [f"{host}:{port}"],
+        "workers": 1,
+        "worker_class": "gthread",
+        "threads": settings.http_threads,
+        "preload_app": False,
+        "timeout": settings.timeout,
+        "graceful_timeout": GRACEFUL_SHUTDOWN_SECONDS,
+        "keepalive": 5,
+        "accesslog": "-" if settings.verbose else None,
+        "errorlog": "-",
+        "loglevel": "debug" if settings.verbose else "info",
+        "proc_name": "vertex-llama",
+    }
+
+
+def prepare(argv: Sequence[str], environ: Mapping[str, str]) -> tuple[Settings, str, VertexEnvironment | None, int]:
+    """Everything checked before gunicorn starts; exits 2 on a bad flag, 1 on a bad environment."""
+    settings = parse_settings(argv, environ)
+    configure_logging(settings.verbose, json_lines=environ.get("AIP_MODE") == "PREDICTION")
+    try:
+        settings.all_api_keys()
+    except OSError as exc:
+        log.error("--api-key-file: %s", exc)
+        sys.exit(2)
+    try:
+        vertex = read_vertex_environment(environ)
+        if vertex is not None:
+            vertex.check_routes(spec.path for spec in ROUTES)
+    except VertexEnvironmentError as exc:
+        log.error("%s", exc)
+        sys.exit(1)
+    try:
+        model_path = str(resolve_model_path(settings.model))
+    except ModelFileError as exc:
+        log.error("%s", exc)
+        sys.exit(1)
+    return settings, model_path, vertex, listen_port(settings, vertex)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    try:
+        settings, model_path, vertex, port = prepare(sys.argv[1:] if argv is None else argv, os.environ)
+    except SettingsError:
+        sys.exit(2)
+    from app.gunicorn_server import ContainerServer
+
+    log.info("serving %s on %s:%s (%s slots)", model_path, settings.host, port, settings.slot_count)
+    ContainerServer(settings, model_path, vertex, gunicorn_options(settings, port)).run()

@@ -1,0 +1,59 @@
+"""The engine: jobs, slots, the scheduler and the llama.cpp backend.
+
+Rule: no Flask, no werkzeug, no request or response JSON. HTTP threads call ``Engine.submit`` and
+read the job's events; only ``llama_backend`` imports ``llama_cpp``.
+"""
+
+from app.engine.backend import Backend, BatchToken, ModelInfo, Sampler, Vocabulary
+from app.engine.engine import Engine, EngineOptions, SlotView
+from app.engine.errors import (
+    CancelledError,
+    ContextExceededError,
+    DecodeError,
+    EngineError,
+    InvalidJobError,
+    ModelLoadError,
+    NotReadyError,
+    OverloadedError,
+)
+from app.engine.slots import Job
+from app.engine.stats import EngineStats
+from app.engine.types import (
+    RANDOM_SEED,
+    Completion,
+    FinishReason,
+    GenerationRequest,
+    JobEvent,
+    SamplingParams,
+    Timings,
+    TokenChunk,
+)
+
+__all__ = [
+    "RANDOM_SEED",
+    "Backend",
+    "BatchToken",
+    "CancelledError",
+    "Completion",
+    "ContextExceededError",
+    "DecodeError",
+    "Engine",
+    "EngineError",
+    "EngineOptions",
+    "EngineStats",
+    "FinishReason",
+    "GenerationRequest",
+    "InvalidJobError",
+    "Job",
+    "JobEvent",
+    "ModelInfo",
+    "ModelLoadError",
+    "NotReadyError",
+    "OverloadedError",
+    "Sampler",
+    "SamplingParams",
+    "SlotView",
+    "Timings",
+    "TokenChunk",
+    "Vocabulary",
+]

@@ -1,0 +1,99 @@
+"""The seam between the scheduler and llama.cpp: what one engine step needs from a model.
+
+``LlamaBackend`` (``llama_backend.py``) is the real implementation and the only module that
+imports ``llama_cpp``. Unit tests use a small fake with the same interface.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from app.engine.types import SamplingParams
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """Facts about the loaded model, read once at load time."""
+
+    path: str
+    name: str
+    vocab_type: int
+    n_vocab: int
+    n_ctx_train: int
+    n_embd: int
+    n_params: int
+    size: int
+    bos_token: str
+    eos_token: str
+    add_bos: bool
+    chat_template: str | None
+    description: str
+    build_info: str
+
+
+@dataclass(frozen=True)
+class BatchToken:
+    """One token of a decode batch: its id, its position in its sequence, the sequence, and
+    whether logits are wanted for it."""
+
+    token: int
+    pos: int
+    seq: int
+    logits: bool
+
+
+class Sampler(Protocol):
+    def sample(self, batch_index: int) -> int:
+        """Sample (and accept) the next token from the logits of batch entry ``batch_index``."""
+
+    def free(self) -> None: ...
+
+
+class Vocabulary(Protocol):
+    """Read-only tokenizer access; safe to call from any thread."""
+
+    def tokenize(self, text: str, add_special: bool, parse_special: bool) -> list[int]: ...
+
+    def piece(self, token: int, special: bool) -> bytes: ...
+
+    def is_eog(self, token: int) -> bool: ...
+
+    def eog_tokens(self) -> tuple[int, ...]: ...
+
+    def apply_builtin_template(
+        self, template: str | None, messages: Sequence[tuple[str, str]], add_assistant: bool
+    ) -> str: ...
+
+
+class Backend(Protocol):
+    """A loaded model and one context with ``n_seq`` independent sequences (KV per sequence)."""
+
+    @property
+    def info(self) -> ModelInfo: ...
+
+    @property
+    def vocab(self) -> Vocabulary: ...
+
+    @property
+    def n_seq(self) -> int: ...
+
+    @property
+    def n_ctx_seq(self) -> int:
+        """Context tokens of each sequence."""
+
+    @property
+    def n_batch(self) -> int:
+        """Most tokens one ``decode`` may carry."""
+
+    def decode(self, batch: Sequence[BatchToken]) -> None:
+        """Run one ``llama_decode``; raises ``DecodeError``. ``len(batch) <= n_batch``."""
+
+    def new_sampler(self, params: SamplingParams) -> Sampler: ...
+
+    def forget(self, seq: int, from_pos: int) -> bool:
+        """Drop the KV cells of ``seq`` from position ``from_pos`` on. False when only the whole
+        sequence could be dropped."""
+
+    def close(self) -> None: ...

@@ -1,0 +1,56 @@
+"""Typed engine failures. They carry data fields, never HTTP statuses or JSON shapes.
+
+    EngineError
+    ├── ModelLoadError          the model could not be loaded
+    ├── NotReadyError           the model is still loading
+    ├── OverloadedError         the job queue is full
+    ├── ContextExceededError    a prompt does not fit in one slot (n_prompt_tokens, n_ctx)
+    ├── InvalidJobError         a job the engine cannot run (bad token ids, bad slot id, ...)
+    ├── CancelledError          the job was cancelled before it finished
+    └── DecodeError             llama_decode failed for the batch that held this job
+"""
+
+from __future__ import annotations
+
+
+class EngineError(Exception):
+    """Base of every error the engine raises."""
+
+
+class ModelLoadError(EngineError):
+    pass
+
+
+class NotReadyError(EngineError):
+    def __init__(self, message: str = "Loading model") -> None:
+        super().__init__(message)
+
+
+class OverloadedError(EngineError):
+    pass
+
+
+class ContextExceededError(EngineError):
+    def __init__(self, n_prompt_tokens: int, n_ctx: int) -> None:
+        super().__init__(
+            f"request ({n_prompt_tokens} tokens) exceeds the available context size "
+            f"({n_ctx} tokens), try increasing it"
+        )
+        self.n_prompt_tokens = n_prompt_tokens
+        self.n_ctx = n_ctx
+
+
+class InvalidJobError(EngineError):
+    pass
+
+
+class CancelledError(EngineError):
+    def __init__(self, message: str = "the request was cancelled") -> None:
+        super().__init__(message)
+
+
+class DecodeError(EngineError):
+    def __init__(self, code: int) -> None:
+        reasons = {1: "Context size has been exceeded.", -1: "Invalid input batch.", 2: "Decode aborted."}
+        super().__init__(reasons.get(code, "Compute error."))
+        self.code = code

@@ -1,0 +1,279 @@
+"""llama.cpp through llama-cpp-python's low-level bindings. The only module that imports llama_cpp.
+
+One model, one context with ``n_seq`` sequences and per-sequence KV cells (``kv_unified`` off, so a
+sequence decoded beside others gives the same logits as alone), one reusable ``llama_batch`` of
+``n_batch`` tokens, and a sampler chain per sequence. Every batch is checked before it reaches
+``llama_decode``: a batch over ``n_batch`` tokens aborts the process inside llama.cpp.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import llama_cpp as lc
+
+from app.engine.backend import BatchToken, ModelInfo
+from app.engine.errors import DecodeError, InvalidJobError, ModelLoadError
+from app.engine.types import SamplingParams
+
+log = logging.getLogger(__name__)
+llama_log = logging.getLogger("llama.cpp")
+
+_FLASH_ATTN = {"auto": -1, "off": 0, "on": 1}
+
+
+@dataclass(frozen=True)
+class LlamaConfig:
+    model_path: str
+    n_ctx: int = 0
+    n_seq: int = 4
+    n_batch: int = 2048
+    n_ubatch: int = 512
+    n_threads: int = 2
+    n_threads_batch: int = 2
+    n_gpu_layers: int = -1
+    flash_attn: str = "auto"
+    verbose: bool = False
+
+
+_log_callback_ref: Any = None
+
+
+def _install_log_callback(verbose: bool) -> None:
+    """Route llama.cpp's log lines to Python logging (debug level unless ``verbose``)."""
+    global _log_callback_ref
+    if _log_callback_ref is not None:
+        return
+
+    @lc.llama_log_callback  # type: ignore[untyped-decorator]
+    def callback(level: int, text: bytes, _user: Any) -> None:
+        message = text.decode("utf-8", errors="replace").rstrip()
+        if not message:
+            return
+        if level == 4:  # GGML_LOG_LEVEL_ERROR
+            llama_log.error(message)
+        elif level == 3:  # GGML_LOG_LEVEL_WARN
+            llama_log.warning(message) if verbose else llama_log.debug(message)
+        elif verbose and level != 5:  # 5 = continuation of the previous line (progress dots)
+            llama_log.info(message)
+        else:
+            llama_log.debug(message)
+
+    _log_callback_ref = callback
+    lc.llama_log_set(callback, ctypes.c_void_p(0))
+
+
+class LlamaVocabulary:
+    """Tokenizer functions over the model's vocabulary (read-only, callable from any thread)."""
+
+    def __init__(self, model: Any, vocab: Any) -> None:
+        self._model = model
+        self._vocab = vocab
+        self.n_vocab = int(lc.llama_vocab_n_tokens(vocab))
+        self._eog = tuple(t for t in range(self.n_vocab) if lc.llama_vocab_is_eog(vocab, t))
+        self._eog_set = frozenset(self._eog)
+
+    def tokenize(self, text: str, add_special: bool, parse_special: bool) -> list[int]:
+        data = text.encode("utf-8")
+        capacity = len(data) + 8
+        buffer = (lc.llama_token * capacity)()
+        count = lc.llama_tokenize(self._vocab, data, len(data), buffer, capacity, add_special, parse_special)
+        if count < 0:
+            capacity = -count
+            buffer = (lc.llama_token * capacity)()
+            count = lc.llama_tokenize(self._vocab, data, len(data), buffer, capacity, add_special,
+                                      parse_special)
+        return list(buffer[:count])
+
+    def piece(self, token: int, special: bool) -> bytes:
+        if token < 0 or token >= self.n_vocab:
+            raise InvalidJobError(f"token id {token} is outside the vocabulary (0..{self.n_vocab - 1})")
+        buffer = ctypes.create_string_buffer(64)
+        size = lc.llama_token_to_piece(self._vocab, token, buffer, len(buffer), 0, special)
+        if size < 0:
+            buffer = ctypes.create_string_buffer(-size)
+            size = lc.llama_token_to_piece(self._vocab, token, buffer, len(buffer), 0, special)
+        return bytes(buffer.raw[:size])
+
+    def is_eog(self, token: int) -> bool:
+        return token in self._eog_set
+
+    def eog_tokens(self) -> tuple[int, ...]:
+        return self._eog
+
+    def apply_builtin_template(
+        self, template: str | None, messages: Sequence[tuple[str, str]], add_assistant: bool
+    ) -> str:
+        """llama.cpp's own (non-Jinja) chat formatting, by template name or the model's template."""
+        source = template.encode() if template else lc.llama_model_chat_template(self._model, None)
+        keep = [(role.encode(), content.encode()) for role, content in messages]
+        chat = (lc.llama_chat_message * max(1, len(keep)))()
+        for index, (role, content) in enumerate(keep):
+            chat[index].role = role
+            chat[index].content = content
+        size = sum(len(c) + len(r) for r, c in keep) * 2 + 256
+        for _ in range(2):
+            buffer = ctypes.create_string_buffer(size)
+            written = lc.llama_chat_apply_template(source, chat, len(keep), add_assistant, buffer, size)
+            if written < 0:
+                raise InvalidJobError("this chat template is not supported by llama.cpp's built-in templates")
+            if written <= size:
+                return buffer.raw[:written].decode("utf-8", errors="replace")
+            size = written
+        raise InvalidJobError("the chat template output did not fit")
+
+
+class LlamaSampler:
+    """A llama.cpp sampler chain bound to one context."""
+
+    def __init__(self, chain: Any, ctx: Any) -> None:
+        self._chain = chain
+        self._ctx = ctx
+
+    def sample(self, batch_index: int) -> int:
+        return int(lc.llama_sampler_sample(self._chain, self._ctx, batch_index))
+
+    def free(self) -> None:
+        if self._chain is not None:
+            lc.llama_sampler_free(self._chain)
+            self._chain = None
+
+
+def _meta(model: Any, key: str) -> str | None:
+    buffer = ctypes.create_string_buffer(4096)
+    size = lc.llama_model_meta_val_str(model, key.encode(), buffer, len(buffer))
+    if size < 0:
+        return None
+    return buffer.value.decode("utf-8", errors="replace")
+
+
+class LlamaBackend:
+    """A loaded model and its context. Used by the engine thread only (the vocabulary aside)."""
+
+    def __init__(self, config: LlamaConfig) -> None:
+        _install_log_callback(config.verbose)
+        lc.llama_backend_init()
+        model_params = lc.llama_model_default_params()
+        model_params.n_gpu_layers = config.n_gpu_layers
+        self._model = lc.llama_model_load_from_file(config.model_path.encode(), model_params)
+        if not self._model:
+            raise ModelLoadError(f"llama.cpp could not load the model: {config.model_path}")
+        vocab = lc.llama_model_get_vocab(self._model)
+        n_ctx_train = int(lc.llama_model_n_ctx_train(self._model))
+        per_seq = (config.n_ctx or n_ctx_train) // config.n_seq
+        per_seq = min(per_seq, n_ctx_train)
+        if per_seq < 8:
+            lc.llama_model_free(self._model)
+            raise ModelLoadError(f"--ctx-size gives {per_seq} tokens per slot; give each slot at least 8")
+        ctx_params = lc.llama_context_default_params()
+        ctx_params.n_ctx = per_seq * config.n_seq
+        ctx_params.n_batch = config.n_batch
+        ctx_params.n_ubatch = min(config.n_ubatch, config.n_batch)
+        ctx_params.n_seq_max = config.n_seq
+        ctx_params.n_threads = config.n_threads
+        ctx_params.n_threads_batch = config.n_threads_batch
+        ctx_params.kv_unified = False
+        ctx_params.flash_attn_type = _FLASH_ATTN[config.flash_attn]
+        ctx_params.no_perf = True
+        self._ctx = lc.llama_init_from_model(self._model, ctx_params)
+        if not self._ctx:
+            lc.llama_model_free(self._model)
+            raise ModelLoadError("llama.cpp could not create a context (out of memory?)")
+        self._memory = lc.llama_get_memory(self._ctx)
+        self.n_seq = int(lc.llama_n_seq_max(self._ctx))
+        self.n_ctx_seq = int(lc.llama_n_ctx_seq(self._ctx))
+        self.n_batch = int(lc.llama_n_batch(self._ctx))  # llama.cpp may lower it: read it back
+        self._batch = lc.llama_batch_init(self.n_batch, 0, 1)
+        self.vocab = LlamaVocabulary(self._model, vocab)
+        self.info = self._read_info(config.model_path, vocab)
+
+    def _read_info(self, path: str, vocab: Any) -> ModelInfo:
+        desc = ctypes.create_string_buffer(256)
+        lc.llama_model_desc(self._model, desc, len(desc))
+        bos = lc.llama_vocab_bos(vocab)
+        eos = lc.llama_vocab_eos(vocab)
+        template = lc.llama_model_chat_template(self._model, None)
+        return ModelInfo(
+            path=path,
+            name=_meta(self._model, "general.name") or os.path.basename(path),
+            vocab_type=int(lc.llama_vocab_type(vocab)),
+            n_vocab=self.vocab.n_vocab,
+            n_ctx_train=int(lc.llama_model_n_ctx_train(self._model)),
+            n_embd=int(lc.llama_model_n_embd(self._model)),
+            n_params=int(lc.llama_model_n_params(self._model)),
+            size=int(lc.llama_model_size(self._model)),
+            bos_token=self.vocab.piece(bos, True).decode("utf-8", "replace") if bos >= 0 else "",
+            eos_token=self.vocab.piece(eos, True).decode("utf-8", "replace") if eos >= 0 else "",
+            add_bos=bool(lc.llama_vocab_get_add_bos(vocab)),
+            chat_template=template.decode("utf-8", "replace") if template else None,
+            description=desc.value.decode("utf-8", "replace"),
+            build_info=f"b{lc.__version__}-llama-cpp-python",
+        )
+
+    def decode(self, batch: Sequence[BatchToken]) -> None:
+        if not 0 < len(batch) <= self.n_batch:
+            raise DecodeError(-1)
+        raw = self._batch
+        for index, entry in enumerate(batch):
+            raw.token[index] = entry.token
+            raw.pos[index] = entry.pos
+            raw.n_seq_id[index] = 1
+            raw.seq_id[index][0] = entry.seq
+            raw.logits[index] = entry.logits
+        raw.n_tokens = len(batch)
+        code = lc.llama_decode(self._ctx, raw)
+        if code != 0:
+            raise DecodeError(int(code))
+
+    def new_sampler(self, params: SamplingParams) -> LlamaSampler:
+        chain_params = lc.llama_sampler_chain_default_params()
+        chain_params.no_perf = True
+        chain = lc.llama_sampler_chain_init(chain_params)
+        n_vocab = self.vocab.n_vocab
+        if params.logit_bias:
+            entries = [(tok, bias) for tok, bias in params.logit_bias if 0 <= tok < n_vocab]
+            array = (lc.llama_logit_bias * max(1, len(entries)))()
+            for index, (token, bias) in enumerate(entries):
+                array[index].token = token  # type: ignore[assignment]
+                array[index].bias = bias
+            lc.llama_sampler_chain_add(chain, lc.llama_sampler_init_logit_bias(n_vocab, len(entries), array))
+        last_n = self.n_ctx_seq if params.repeat_last_n == -1 else params.repeat_last_n
+        if last_n != 0 and (params.repeat_penalty != 1.0 or params.frequency_penalty != 0.0
+                            or params.presence_penalty != 0.0):
+            lc.llama_sampler_chain_add(chain, lc.llama_sampler_init_penalties(
+                last_n, params.repeat_penalty, params.frequency_penalty, params.presence_penalty))
+        if params.temperature <= 0.0:
+            lc.llama_sampler_chain_add(chain, lc.llama_sampler_init_greedy())
+        else:
+            min_keep = max(1, params.min_keep)
+            if params.top_k > 0:
+                lc.llama_sampler_chain_add(chain, lc.llama_sampler_init_top_k(params.top_k))
+            if params.typical_p < 1.0:
+                lc.llama_sampler_chain_add(chain, lc.llama_sampler_init_typical(params.typical_p, min_keep))
+            if params.top_p < 1.0:
+                lc.llama_sampler_chain_add(chain, lc.llama_sampler_init_top_p(params.top_p, min_keep))
+            if params.min_p > 0.0:
+                lc.llama_sampler_chain_add(chain, lc.llama_sampler_init_min_p(params.min_p, min_keep))
+            lc.llama_sampler_chain_add(chain, lc.llama_sampler_init_temp(params.temperature))
+            lc.llama_sampler_chain_add(chain, lc.llama_sampler_init_dist(params.seed))
+        return LlamaSampler(chain, self._ctx)
+
+    def forget(self, seq: int, from_pos: int) -> bool:
+        if lc.llama_memory_seq_rm(self._memory, seq, from_pos, -1):
+            return True
+        lc.llama_memory_seq_rm(self._memory, seq, -1, -1)
+        return False
+
+    def close(self) -> None:
+        if self._ctx:
+            lc.llama_batch_free(self._batch)
+            lc.llama_free(self._ctx)
+            self._ctx = None
+        if self._model:
+            lc.llama_model_free(self._model)
+            self._model = None

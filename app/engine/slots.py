@@ -1,0 +1,127 @@
+"""A slot: one sequence of the llama context, what its KV cells hold, and the job it runs."""
+
+from __future__ import annotations
+
+import enum
+import queue
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from itertools import count
+
+from app.engine.backend import Sampler
+from app.engine.errors import EngineError
+from app.engine.text import Utf8Stream
+from app.engine.types import GenerationRequest, JobEvent
+
+_job_ids = count()
+
+EventSink = queue.SimpleQueue[tuple[int, "JobEvent | EngineError"]]
+
+
+class Job:
+    """A generation request in flight. The engine emits its events into ``sink``, tagged with
+    ``index``, so that several jobs (several prompts, n > 1) can share one queue."""
+
+    def __init__(self, request: GenerationRequest, sink: EventSink | None = None, index: int = 0) -> None:
+        self.id = next(_job_ids)
+        self.index = index
+        self.request = request
+        self.sink: EventSink = sink if sink is not None else queue.SimpleQueue()
+        self._cancelled = threading.Event()
+
+    def emit(self, event: JobEvent | EngineError) -> None:
+        self.sink.put((self.index, event))
+
+    def cancel(self) -> None:
+        """Ask the engine to stop this job; its slot is free after the next step."""
+        self._cancelled.set()
+
+    @property
+    def cancelled(self) -> bool:
+        return self._cancelled.is_set()
+
+
+class SlotState(enum.Enum):
+    IDLE = "idle"
+    PREFILL = "prefill"
+    GENERATE = "generate"
+
+
+def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
+    size = min(len(a), len(b))
+    for index in range(size):
+        if a[index] != b[index]:
+            return index
+    return size
+
+
+@dataclass
+class Slot:
+    """Engine-thread state of one sequence. ``cached`` always equals the tokens in its KV cells."""
+
+    id: int
+    cached: list[int] = field(default_factory=list)
+    state: SlotState = SlotState.IDLE
+    job: Job | None = None
+    last_used: float = 0.0
+    # Per-job state, reset by ``start``.
+    pending: list[int] = field(default_factory=list)
+    next_token: int = -1
+    sampler: Sampler | None = None
+    utf8: Utf8Stream = field(default_factory=Utf8Stream)
+    text: str = ""
+    sent: int = 0
+    stop_searched: int = 0
+    generated: list[int] = field(default_factory=list)
+    unsent_tokens: list[int] = field(default_factory=list)
+    n_prompt: int = 0
+    cache_n: int = 0
+    t_start: float = 0.0
+    t_prompt_done: float = 0.0
+    t_last: float = 0.0
+    # Kept after the job for /slots.
+    last_task: int | None = None
+    last_request: GenerationRequest | None = None
+    last_prompt_n: int = 0
+
+    @property
+    def busy(self) -> bool:
+        return self.state is not SlotState.IDLE
+
+    def reusable_prefix(self, prompt: Sequence[int]) -> int:
+        """Prompt tokens already in the KV cells; at least one prompt token is always re-decoded."""
+        return min(common_prefix_length(self.cached, prompt), len(prompt) - 1)
+
+    def start(self, job: Job, sampler: Sampler, keep: int) -> None:
+        prompt = list(job.request.prompt)
+        self.job = job
+        self.state = SlotState.PREFILL
+        self.sampler = sampler
+        del self.cached[keep:]
+        self.pending = prompt[keep:]
+        self.next_token = -1
+        self.utf8 = Utf8Stream()
+        self.text = ""
+        self.sent = 0
+        self.stop_searched = 0
+        self.generated = []
+        self.unsent_tokens = []
+        self.n_prompt = len(prompt)
+        self.cache_n = keep
+        self.t_start = time.perf_counter()
+        self.t_prompt_done = 0.0
+        self.t_last = 0.0
+        self.last_task = job.id
+        self.last_request = job.request
+        self.last_prompt_n = len(prompt) - keep
+
+    def release(self) -> None:
+        if self.sampler is not None:
+            self.sampler.free()
+        self.sampler = None
+        self.job = None
+        self.state = SlotState.IDLE
+        self.pending = []
+        self.last_used = time.monotonic()

@@ -1,0 +1,95 @@
+"""Running engine jobs from a handler: submit, wait (watching for a client that went away), stream.
+
+Several jobs of one request (several prompts) share one event queue, so they are submitted
+together, decoded in the same steps, and read as they come.
+"""
+
+from __future__ import annotations
+
+import queue
+from collections.abc import Callable, Generator, Iterator, Sequence
+from dataclasses import dataclass
+
+from app.engine import (
+    CancelledError,
+    Completion,
+    Engine,
+    EngineError,
+    GenerationRequest,
+    Job,
+    JobEvent,
+)
+
+POLL_SECONDS = 0.1
+
+
+class JobGroup:
+    """The jobs of one request. Cancelling the group frees every slot it holds."""
+
+    def __init__(self, engine: Engine, requests: Sequence[GenerationRequest]) -> None:
+        self._sink: queue.SimpleQueue[tuple[int, JobEvent | EngineError]] = queue.SimpleQueue()
+        self.jobs: list[Job] = []
+        try:
+            for index, request in enumerate(requests):
+                self.jobs.append(engine.submit(request, self._sink, index))
+        except BaseException:
+            self.cancel()
+            raise
+
+    def cancel(self) -> None:
+        for job in self.jobs:
+            job.cancel()
+
+    def events(self, should_stop: Callable[[], bool]) -> Generator[tuple[int, JobEvent], None, None]:
+        """Events of every job as they arrive; raises the first engine error (and cancels the rest)."""
+        remaining = len(self.jobs)
+        try:
+            while remaining:
+                try:
+                    index, event = self._sink.get(timeout=POLL_SECONDS)
+                except queue.Empty:
+                    if should_stop():
+                        raise CancelledError("the client disconnected") from None
+                    continue
+                if isinstance(event, EngineError):
+                    raise event
+                if isinstance(event, Completion):
+                    remaining -= 1
+                yield index, event
+        finally:
+            if remaining:
+                self.cancel()
+
+    def results(self, should_stop: Callable[[], bool]) -> list[Completion]:
+        finals: dict[int, Completion] = {}
+        for index, event in self.events(should_stop):
+            if isinstance(event, Completion):
+                finals[index] = event
+        return [finals[index] for index in range(len(self.jobs))]
+
+
+@dataclass(frozen=True)
+class Streamed:
+    index: int
+    event: JobEvent
+
+
+def started_stream(group: JobGroup, should_stop: Callable[[], bool]) -> Iterator[Streamed]:
+    """Wait for the first event before answering, so that an early failure (a prompt over the
+    context, a failed decode) is a normal HTTP error with its real status; then stream the rest."""
+    events = group.events(should_stop)
+    try:
+        first = next(events)
+    except StopIteration:
+        return iter(())
+
+    def stream() -> Iterator[Streamed]:
+        try:
+            yield Streamed(*first)
+            for index, event in events:
+                yield Streamed(index, event)
+        finally:
+            events.close()
+            group.cancel()
+
+    return stream()

@@ -1,0 +1,148 @@
+"""GET /health, /props (and POST), /models, /slots and /metrics."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from app.api import ApiReply, ApiRequest
+from app.context import ServerContext
+from app.engine import GenerationRequest, SlotView
+from app.errors import NotSupportedError, UnavailableError
+from app.handlers.params import GenerationFields, generation_request
+from app.handlers.shapes import generation_settings
+from app.metrics import CONTENT_TYPE
+
+
+def get_health(ctx: ServerContext, request: ApiRequest) -> ApiReply:
+    return ApiReply(body={"status": "ok"})
+
+
+def _default_request(ctx: ServerContext) -> GenerationRequest:
+    return generation_request(ctx, GenerationFields(), [0])
+
+
+def get_props(ctx: ServerContext, request: ApiRequest) -> ApiReply:
+    info = ctx.engine.info
+    settings = ctx.settings
+    template = ctx.chat_template
+    return ApiReply(body={
+        "default_generation_settings": {
+            "params": generation_settings(_default_request(ctx), False),
+            "n_ctx": ctx.engine.n_ctx_slot,
+        },
+        "total_slots": ctx.engine.n_slots,
+        "model_alias": ctx.model_name,
+        "model_path": ctx.model_path,
+        "modalities": {"vision": False, "video": False, "audio": False},
+        "endpoint_slots": settings.slots,
+        "endpoint_props": settings.props,
+        "endpoint_metrics": settings.metrics,
+        "ui": False,
+        "ui_settings": {},
+        "chat_template": template.source,
+        "chat_template_caps": {"jinja": template.choice.jinja_source is not None},
+        "bos_token": info.bos_token,
+        "eos_token": info.eos_token,
+        "build_info": info.build_info,
+        "is_sleeping": False,
+    })
+
+
+def post_props(ctx: ServerContext, request: ApiRequest) -> ApiReply:
+    if not ctx.settings.props:
+        raise NotSupportedError(
+            "This server does not support changing global properties. Start it with `--props`"
+        )
+    request.json()  # the body must still be valid JSON
+    return ApiReply(body={"success": True})
+
+
+def get_models(ctx: ServerContext, request: ApiRequest) -> ApiReply:
+    info = ctx.engine.info
+    name = ctx.model_name
+    aliases = ctx.model_aliases
+    return ApiReply(body={
+        "models": [{
+            "name": name,
+            "model": name,
+            "modified_at": "",
+            "size": "",
+            "digest": "",
+            "type": "model",
+            "description": "",
+            "tags": [""],
+            "capabilities": ["completion"],
+            "parameters": "",
+            "details": {
+                "parent_model": "",
+                "format": "gguf",
+                "family": "",
+                "families": [""],
+                "parameter_size": "",
+                "quantization_level": "",
+            },
+        }],
+        "object": "list",
+        "data": [{
+            "id": name,
+            "aliases": aliases,
+            "tags": aliases,
+            "object": "model",
+            "created": int(time.time()),
+            "owned_by": "llamacpp",
+            "meta": {
+                "vocab_type": info.vocab_type,
+                "n_vocab": info.n_vocab,
+                "n_ctx": ctx.engine.n_ctx_slot,
+                "n_ctx_train": info.n_ctx_train,
+                "n_embd": info.n_embd,
+                "n_params": info.n_params,
+                "size": info.size,
+            },
+        }],
+    })
+
+
+def _slot_body(view: SlotView) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "id": view.id,
+        "n_ctx": view.n_ctx,
+        "speculative": False,
+        "is_processing": view.is_processing,
+    }
+    if view.request is None:
+        return body
+    body.update(
+        id_task=view.id_task,
+        n_prompt_tokens=view.n_cached,
+        n_prompt_tokens_processed=view.n_prompt_processed,
+        n_prompt_tokens_cache=view.n_prompt_cache,
+        params=generation_settings(view.request, False),
+        next_token=[{
+            "has_next_token": view.has_next_token,
+            "has_new_line": view.has_new_line,
+            "n_remain": view.n_remain,
+            "n_decoded": view.n_decoded,
+        }],
+    )
+    return body
+
+
+def get_slots(ctx: ServerContext, request: ApiRequest) -> ApiReply:
+    if not ctx.settings.slots:
+        raise NotSupportedError("This server does not support slots endpoint. Start it with `--slots`")
+    views = ctx.engine.slot_views()
+    if "fail_on_no_slot" in request.params and all(view.is_processing for view in views):
+        raise UnavailableError("no slot available")
+    return ApiReply(body=[_slot_body(view) for view in views])
+
+
+def get_metrics(ctx: ServerContext, request: ApiRequest) -> ApiReply:
+    if not ctx.settings.metrics:
+        raise NotSupportedError("This server does not support metrics endpoint. Start it with `--metrics`")
+    return ApiReply(
+        text=ctx.metrics.render(),
+        content_type=CONTENT_TYPE,
+        headers={"Process-Start-Time-Unix": str(int(ctx.started_at))},
+    )

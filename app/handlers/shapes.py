@@ -1,0 +1,140 @@
+"""Response bodies in llama-server's shapes: native completion, OpenAI completion and chat."""
+
+from __future__ import annotations
+
+import secrets
+import string
+import time
+from typing import Any
+
+from app.context import ServerContext
+from app.engine import Completion, FinishReason, GenerationRequest, Timings
+
+_ALPHANUMERIC = string.ascii_letters + string.digits
+SAMPLER_ORDER = ("logit_bias", "penalties", "top_k", "typ_p", "top_p", "min_p", "temperature")
+
+
+def random_id(prefix: str) -> str:
+    return prefix + "".join(secrets.choice(_ALPHANUMERIC) for _ in range(32))
+
+
+def timings_body(timings: Timings) -> dict[str, Any]:
+    def per_token(ms: float, n: int) -> float:
+        return ms / n if n else 0.0
+
+    def per_second(ms: float, n: int) -> float:
+        return 1000.0 * n / ms if ms else 0.0
+
+    return {
+        "cache_n": timings.cache_n,
+        "prompt_n": timings.prompt_n,
+        "prompt_ms": timings.prompt_ms,
+        "prompt_per_token_ms": per_token(timings.prompt_ms, timings.prompt_n),
+        "prompt_per_second": per_second(timings.prompt_ms, timings.prompt_n),
+        "predicted_n": timings.predicted_n,
+        "predicted_ms": timings.predicted_ms,
+        "predicted_per_token_ms": per_token(timings.predicted_ms, timings.predicted_n),
+        "predicted_per_second": per_second(timings.predicted_ms, timings.predicted_n),
+    }
+
+
+def generation_settings(request: GenerationRequest, stream: bool) -> dict[str, Any]:
+    """The parameters a job ran with (the subset of llama-server's ``generation_settings`` that
+    this server honours)."""
+    sampling = request.sampling
+    return {
+        "seed": sampling.seed,
+        "temperature": sampling.temperature,
+        "top_k": sampling.top_k,
+        "top_p": sampling.top_p,
+        "min_p": sampling.min_p,
+        "typical_p": sampling.typical_p,
+        "repeat_last_n": sampling.repeat_last_n,
+        "repeat_penalty": sampling.repeat_penalty,
+        "presence_penalty": sampling.presence_penalty,
+        "frequency_penalty": sampling.frequency_penalty,
+        "max_tokens": request.n_predict,
+        "n_predict": request.n_predict,
+        "ignore_eos": sampling.ignore_eos,
+        "stream": stream,
+        "min_keep": sampling.min_keep,
+        "cache_prompt": request.cache_prompt,
+        "id_slot": request.id_slot,
+        "stop": list(request.stop),
+        "logit_bias": [
+            {"token": token, "bias": None if bias == float("-inf") else bias}
+            for token, bias in sampling.logit_bias
+        ],
+        "samplers": ["greedy"] if sampling.temperature <= 0 else [*SAMPLER_ORDER, "dist"],
+    }
+
+
+def native_final(
+    ctx: ServerContext,
+    request: GenerationRequest,
+    result: Completion,
+    index: int,
+    stream: bool,
+    return_tokens: bool,
+) -> dict[str, Any]:
+    """The final object of POST /completion (non-streaming, or the last event of a stream)."""
+    prompt_text = "".join(
+        ctx.engine.vocab.piece(token, True).decode("utf-8", "replace") for token in request.prompt
+    )
+    return {
+        "index": index,
+        "content": "" if stream else result.text,
+        "tokens": list(result.tokens) if return_tokens and not stream else [],
+        "id_slot": result.id_slot,
+        "stop": True,
+        "model": ctx.model_name,
+        "tokens_predicted": result.timings.predicted_n,
+        "tokens_evaluated": result.n_prompt,
+        "generation_settings": generation_settings(request, stream),
+        "prompt": prompt_text,
+        "has_new_line": "\n" in result.text,
+        "truncated": result.truncated,
+        "stop_type": result.finish.value,
+        "stopping_word": result.stopping_word,
+        "tokens_cached": result.n_cached_after,
+        "timings": timings_body(result.timings),
+    }
+
+
+def finish_reason(result: Completion) -> str:
+    return "length" if result.finish is FinishReason.LIMIT else "stop"
+
+
+def usage_body(results: list[Completion]) -> dict[str, Any]:
+    prompt = sum(result.n_prompt for result in results)
+    completion = sum(result.timings.predicted_n for result in results)
+    cached = sum(result.timings.cache_n for result in results)
+    return {
+        "completion_tokens": completion,
+        "prompt_tokens": prompt,
+        "total_tokens": prompt + completion,
+        "prompt_tokens_details": {"cached_tokens": cached},
+    }
+
+
+def openai_envelope(ctx: ServerContext, object_name: str, response_id: str) -> dict[str, Any]:
+    return {
+        "id": response_id,
+        "object": object_name,
+        "created": int(time.time()),
+        "model": ctx.model_name,
+        "system_fingerprint": ctx.engine.info.build_info,
+    }
+
+
+def merged_timings(results: list[Completion]) -> dict[str, Any]:
+    first = results[0].timings
+    if len(results) == 1:
+        return timings_body(first)
+    return timings_body(Timings(
+        cache_n=sum(r.timings.cache_n for r in results),
+        prompt_n=sum(r.timings.prompt_n for r in results),
+        prompt_ms=max(r.timings.prompt_ms for r in results),
+        predicted_n=sum(r.timings.predicted_n for r in results),
+        predicted_ms=max(r.timings.predicted_ms for r in results),
+    ))

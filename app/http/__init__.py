@@ -1,0 +1,9 @@
+"""The HTTP layer: Flask rules generated from the route table, middleware, error and SSE rendering.
+
+Rule: this is the only package that imports Flask or werkzeug. It turns a Flask request into an
+ApiRequest, calls the route's handler, and turns the ApiReply into a response.
+"""
+
+from app.http.flask_app import create_app
+
+__all__ = ["create_app"]

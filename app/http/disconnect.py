@@ -1,0 +1,36 @@
+"""Noticing that a client went away, so that its job can be cancelled."""
+
+from __future__ import annotations
+
+import select
+import socket
+from collections.abc import Callable, Mapping
+from typing import Any
+
+
+def _never() -> bool:
+    return False
+
+
+def disconnect_probe(environ: Mapping[str, Any]) -> Callable[[], bool]:
+    """A check that is true once the peer has closed the connection (gunicorn exposes the socket).
+
+    A readable socket with nothing to read is a closed one; pipelined bytes mean the client is still
+    there.
+    """
+    sock = environ.get("gunicorn.socket")
+    if not isinstance(sock, socket.socket):
+        return _never
+
+    def closed() -> bool:
+        try:
+            readable, _, _ = select.select([sock], [], [], 0)
+            if not readable:
+                return False
+            return sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+        except BlockingIOError:
+            return False
+        except (OSError, ValueError):
+            return True
+
+    return closed

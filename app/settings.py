@@ -1,0 +1,317 @@
+"""Server settings: one declaration per option, parsed once at start-up.
+
+Each option is declared exactly once in ``OPTIONS`` (flags, environment variable, type, default,
+help). The command-line parser, the environment lookup and ``--help`` are all generated from those
+declarations. Precedence, highest first: command-line flag, ``LLAMA_ARG_*`` environment variable,
+default. Names and defaults follow llama.cpp's ``llama-server`` so that its users' configuration
+carries over. Nothing here reads the environment at import time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+Kind = Literal["str", "int", "float", "bool", "keys", "choice"]
+
+_TRUE = frozenset({"true", "1", "on", "enabled", "yes"})
+_FALSE = frozenset({"false", "0", "off", "disabled", "no"})
+
+
+@dataclass(frozen=True)
+class Option:
+    """One setting: its flags, environment name, kind, default and help text."""
+
+    dest: str
+    flags: tuple[str, ...]
+    kind: Kind
+    default: Any
+    help: str
+    env: str | None = None
+    negative_flags: tuple[str, ...] = ()
+    choices: tuple[str, ...] = ()
+    minimum: float | None = None
+    metavar: str | None = None
+
+
+OPTIONS: tuple[Option, ...] = (
+    Option("model", ("-m", "--model"), "str", None,
+           "GGUF model path (default: the embedded SmolLM2-135M-Instruct)", env="LLAMA_ARG_MODEL",
+           metavar="FNAME"),
+    Option("alias", ("-a", "--alias"), "str", None,
+           "comma-separated served model name(s); the id is the alphabetically first",
+           env="LLAMA_ARG_ALIAS", metavar="NAME"),
+    Option("host", ("--host",), "str", "127.0.0.1", "address to listen on", env="LLAMA_ARG_HOST"),
+    Option("port", ("--port",), "int", 8080, "port to listen on", env="LLAMA_ARG_PORT", minimum=0),
+    Option("ctx_size", ("-c", "--ctx-size"), "int", 0,
+           "total context size in tokens (0 = from the model); each slot gets ctx-size / parallel",
+           env="LLAMA_ARG_CTX_SIZE", minimum=0),
+    Option("n_parallel", ("-np", "--parallel"), "int", -1,
+           "number of slots, i.e. sequences decoded together (-1 = auto: 4)",
+           env="LLAMA_ARG_N_PARALLEL", minimum=-1),
+    Option("batch_size", ("-b", "--batch-size"), "int", 2048,
+           "logical batch size: most tokens in one decode step", env="LLAMA_ARG_BATCH", minimum=1),
+    Option("ubatch_size", ("-ub", "--ubatch-size"), "int", 512,
+           "physical batch size", env="LLAMA_ARG_UBATCH", minimum=1),
+    Option("threads", ("-t", "--threads"), "int", -1,
+           "CPU threads for generation (-1 = all cores)", env="LLAMA_ARG_THREADS", minimum=-1),
+    Option("threads_batch", ("-tb", "--threads-batch"), "int", -1,
+           "CPU threads for prompt processing (-1 = same as --threads)",
+           env="LLAMA_ARG_THREADS_BATCH", minimum=-1),
+    Option("n_gpu_layers", ("-ngl", "--gpu-layers", "--n-gpu-layers"), "str", "auto",
+           "layers to offload to the GPU: a number, 'auto' or 'all'", env="LLAMA_ARG_N_GPU_LAYERS",
+           metavar="N"),
+    Option("flash_attn", ("-fa", "--flash-attn"), "choice", "auto",
+           "flash attention", env="LLAMA_ARG_FLASH_ATTN", choices=("on", "off", "auto")),
+    Option("n_predict", ("-n", "--n-predict", "--predict"), "int", -1,
+           "most tokens to generate (-1 = until the context is full); also caps each request",
+           env="LLAMA_ARG_N_PREDICT", minimum=-1),
+    Option("seed", ("-s", "--seed"), "int", -1, "default sampling seed (-1 = random)",
+           env="LLAMA_ARG_SEED", minimum=-1),
+    Option("temp", ("--temp",), "float", 0.8, "default temperature", env="LLAMA_ARG_TEMP", minimum=0),
+    Option("top_k", ("--top-k",), "int", 40, "default top-k", env="LLAMA_ARG_TOP_K", minimum=0),
+    Option("top_p", ("--top-p",), "float", 0.95, "default top-p", env="LLAMA_ARG_TOP_P", minimum=0),
+    Option("min_p", ("--min-p",), "float", 0.05, "default min-p", env="LLAMA_ARG_MIN_P", minimum=0),
+    Option("repeat_penalty", ("--repeat-penalty",), "float", 1.0, "default repeat penalty",
+           env="LLAMA_ARG_REPEAT_PENALTY", minimum=0),
+    Option("repeat_last_n", ("--repeat-last-n",), "int", 64,
+           "default window of the repeat penalties (-1 = slot context)",
+           env="LLAMA_ARG_REPEAT_LAST_N", minimum=-1),
+    Option("api_keys", ("--api-key",), "keys", (),
+           "API key(s), comma-separated; repeatable", env="LLAMA_API_KEY", metavar="KEY"),
+    Option("api_key_file", ("--api-key-file",), "str", None,
+           "file with one API key per line", env="LLAMA_ARG_API_KEY_FILE", metavar="FNAME"),
+    Option("metrics", ("--metrics",), "bool", False, "enable GET /metrics (Prometheus)",
+           env="LLAMA_ARG_ENDPOINT_METRICS"),
+    Option("slots", ("--slots",), "bool", True, "enable GET /slots", env="LLAMA_ARG_ENDPOINT_SLOTS",
+           negative_flags=("--no-slots",)),
+    Option("props", ("--props",), "bool", False, "enable POST /props",
+           env="LLAMA_ARG_ENDPOINT_PROPS"),
+    Option("jinja", ("--jinja",), "bool", True,
+           "render chat with the model's Jinja template (--no-jinja: llama.cpp's built-in templates)",
+           env="LLAMA_ARG_JINJA", negative_flags=("--no-jinja",)),
+    Option("chat_template", ("--chat-template",), "str", None,
+           "chat template: a built-in name (chatml) or Jinja source", env="LLAMA_ARG_CHAT_TEMPLATE",
+           metavar="JINJA"),
+    Option("chat_template_file", ("--chat-template-file",), "str", None,
+           "file holding a Jinja chat template", env="LLAMA_ARG_CHAT_TEMPLATE_FILE", metavar="FNAME"),
+    Option("threads_http", ("--threads-http",), "int", -1,
+           "HTTP threads (-1 = max(parallel + 4, cores - 1))", env="LLAMA_ARG_THREADS_HTTP",
+           minimum=-1),
+    Option("timeout", ("-to", "--timeout"), "int", 600, "HTTP read/write timeout in seconds",
+           env="LLAMA_ARG_TIMEOUT", minimum=1),
+    Option("api_prefix", ("--api-prefix",), "str", "", "prefix every route with this path",
+           env="LLAMA_ARG_API_PREFIX", metavar="PREFIX"),
+    Option("cont_batching", ("-cb", "--cont-batching"), "bool", True,
+           "continuous batching: admit new requests while others generate",
+           env="LLAMA_ARG_CONT_BATCHING", negative_flags=("-nocb", "--no-cont-batching")),
+    Option("cache_prompt", ("--cache-prompt",), "bool", True,
+           "reuse each slot's KV prefix across requests (the per-request default)",
+           env="LLAMA_ARG_CACHE_PROMPT", negative_flags=("--no-cache-prompt",)),
+    Option("verbose", ("-v", "--verbose"), "bool", False, "verbose logging (llama.cpp logs too)",
+           env="LLAMA_ARG_VERBOSE"),
+)
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Every option of ``OPTIONS``, resolved. Build with :func:`parse_settings`."""
+
+    model: str | None = None
+    alias: str | None = None
+    host: str = "127.0.0.1"
+    port: int = 8080
+    ctx_size: int = 0
+    n_parallel: int = -1
+    batch_size: int = 2048
+    ubatch_size: int = 512
+    threads: int = -1
+    threads_batch: int = -1
+    n_gpu_layers: str = "auto"
+    flash_attn: str = "auto"
+    n_predict: int = -1
+    seed: int = -1
+    temp: float = 0.8
+    top_k: int = 40
+    top_p: float = 0.95
+    min_p: float = 0.05
+    repeat_penalty: float = 1.0
+    repeat_last_n: int = 64
+    api_keys: tuple[str, ...] = ()
+    api_key_file: str | None = None
+    metrics: bool = False
+    slots: bool = True
+    props: bool = False
+    jinja: bool = True
+    chat_template: str | None = None
+    chat_template_file: str | None = None
+    threads_http: int = -1
+    timeout: int = 600
+    api_prefix: str = ""
+    cont_batching: bool = True
+    cache_prompt: bool = True
+    verbose: bool = False
+
+    @property
+    def slot_count(self) -> int:
+        """``--parallel`` with ``-1`` (auto) resolved to llama-server's 4."""
+        return 4 if self.n_parallel == -1 else self.n_parallel
+
+    @property
+    def cpu_threads(self) -> int:
+        return self.threads if self.threads > 0 else (os.cpu_count() or 1)
+
+    @property
+    def cpu_threads_batch(self) -> int:
+        return self.threads_batch if self.threads_batch > 0 else self.cpu_threads
+
+    @property
+    def http_threads(self) -> int:
+        if self.threads_http > 0:
+            return max(self.threads_http, self.slot_count + 4)
+        return max(self.slot_count + 4, (os.cpu_count() or 1) - 1)
+
+    @property
+    def gpu_layers(self) -> int:
+        """``--n-gpu-layers`` as llama.cpp's number: ``auto``/``all`` offload every layer."""
+        if self.n_gpu_layers in ("auto", "all"):
+            return -1
+        return int(self.n_gpu_layers)
+
+    @property
+    def route_prefix(self) -> str:
+        prefix = self.api_prefix.rstrip("/")
+        if prefix and not prefix.startswith("/"):
+            prefix = "/" + prefix
+        return prefix
+
+    def all_api_keys(self) -> tuple[str, ...]:
+        """Keys from ``--api-key`` and from ``--api-key-file`` (read at start-up)."""
+        keys = list(self.api_keys)
+        if self.api_key_file:
+            with open(self.api_key_file, encoding="utf-8") as handle:
+                keys.extend(line.strip() for line in handle if line.strip())
+        return tuple(keys)
+
+
+class SettingsError(ValueError):
+    """A setting has a value that cannot be used; the message names it."""
+
+
+def _convert(option: Option, raw: str, where: str) -> Any:
+    try:
+        if option.kind == "int":
+            value: Any = int(raw)
+        elif option.kind == "float":
+            value = float(raw)
+        elif option.kind == "bool":
+            lowered = raw.strip().lower()
+            if lowered not in _TRUE | _FALSE:
+                raise ValueError(raw)
+            value = lowered in _TRUE
+        elif option.kind == "keys":
+            value = tuple(key.strip() for key in raw.split(",") if key.strip())
+        elif option.kind == "choice":
+            if raw not in option.choices:
+                raise ValueError(raw)
+            value = raw
+        else:
+            value = raw
+    except ValueError:
+        expected = f"one of {', '.join(option.choices)}" if option.choices else f"a {option.kind}"
+        raise SettingsError(f"{where}: invalid value {raw!r} (expected {expected})") from None
+    if option.minimum is not None and isinstance(value, int | float) and value < option.minimum:
+        raise SettingsError(f"{where}: {value} is below the minimum {option.minimum:g}")
+    return value
+
+
+def _flag_name(option: Option) -> str:
+    return "/".join(option.flags)
+
+
+def _validate(settings: Settings) -> None:
+    if settings.n_parallel == 0:
+        raise SettingsError("--parallel/-np: must be -1 (auto) or at least 1")
+    if settings.n_gpu_layers not in ("auto", "all"):
+        try:
+            int(settings.n_gpu_layers)
+        except ValueError:
+            raise SettingsError(
+                f"--n-gpu-layers/-ngl: invalid value {settings.n_gpu_layers!r} (expected a number, auto or all)"
+            ) from None
+    if settings.port > 65535:
+        raise SettingsError(f"--port: {settings.port} is not a valid port")
+    if settings.chat_template and settings.chat_template_file:
+        raise SettingsError("--chat-template and --chat-template-file cannot be used together")
+
+
+def build_parser(prog: str = "python -m app") -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=prog,
+        allow_abbrev=False,
+        description="vertex-llama: llama-server's HTTP API and Vertex AI's prediction protocol "
+        "for a GGUF model, served through llama.cpp.",
+        epilog="Every option can also be set by the environment variable in brackets; a flag wins.",
+    )
+    for option in OPTIONS:
+        env_note = f" [env: {option.env}]" if option.env else ""
+        default_note = f" (default: {option.default})" if option.default not in (None, "", ()) else ""
+        help_text = f"{option.help}{default_note}{env_note}"
+        if option.kind == "bool":
+            parser.add_argument(*option.flags, dest=option.dest, action="store_const", const="1",
+                                default=argparse.SUPPRESS, help=help_text)
+            if option.negative_flags:
+                parser.add_argument(*option.negative_flags, dest=option.dest, action="store_const",
+                                    const="0", default=argparse.SUPPRESS,
+                                    help=f"disable {option.flags[-1]}")
+        elif option.kind == "keys":
+            parser.add_argument(*option.flags, dest=option.dest, action="append",
+                                default=argparse.SUPPRESS, metavar=option.metavar, help=help_text)
+        else:
+            parser.add_argument(*option.flags, dest=option.dest, default=argparse.SUPPRESS,
+                                metavar=option.metavar or option.dest.upper(),
+                                choices=option.choices or None, help=help_text)
+    return parser
+
+
+def parse_settings(
+    argv: Sequence[str],
+    environ: Mapping[str, str],
+    error: Callable[[str], Any] | None = None,
+) -> Settings:
+    """Resolve every option from ``argv``, then ``environ``, then its default.
+
+    A bad flag or value calls ``error`` (argparse's, by default, which exits with status 2).
+    """
+    parser = build_parser()
+    report = error or parser.error
+    namespace = vars(parser.parse_args(list(argv)))
+    values: dict[str, Any] = {}
+    try:
+        for option in OPTIONS:
+            if option.dest in namespace:
+                raw = namespace[option.dest]
+                if option.kind == "keys":
+                    values[option.dest] = tuple(
+                        key for chunk in raw for key in _convert(option, chunk, _flag_name(option))
+                    )
+                else:
+                    values[option.dest] = _convert(option, raw, _flag_name(option))
+            elif option.env and environ.get(option.env, "") != "":
+                values[option.dest] = _convert(option, environ[option.env], f"environment {option.env}")
+            else:
+                values[option.dest] = option.default
+        settings = Settings(**values)
+        _validate(settings)
+    except SettingsError as exc:
+        report(str(exc))
+        raise
+    return settings
+
+
+def settings_fields() -> tuple[str, ...]:
+    return tuple(field.name for field in dataclasses.fields(Settings))

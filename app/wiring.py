@@ -1,0 +1,78 @@
+"""Builds the running application in the worker process: engine, context, routes, Flask app."""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+from flask import Flask
+
+from app.context import ServerContext
+from app.engine import Engine, EngineOptions
+from app.engine.llama_backend import LlamaBackend, LlamaConfig
+from app.http import create_app
+from app.routes import bind_routes
+from app.settings import Settings
+from gcp import VertexEnvironment, vertex_routes
+
+log = logging.getLogger(__name__)
+
+PREDICT_WORKERS = 128
+
+
+@dataclass
+class Application:
+    flask: Flask
+    context: ServerContext
+
+    def shutdown(self) -> None:
+        self.context.engine.stop()
+
+
+def exit_on_load_failure(exc: BaseException) -> None:
+    """A model that cannot load is fatal: exit the worker with gunicorn's "app failed to load"
+    status (4), which stops the whole server with that status."""
+    log.error("stopping: the model could not be loaded (%s)", exc)
+    logging.shutdown()
+    os._exit(4)
+
+
+def backend_config(settings: Settings, model_path: str) -> LlamaConfig:
+    return LlamaConfig(
+        model_path=model_path,
+        n_ctx=settings.ctx_size,
+        n_seq=settings.slot_count,
+        n_batch=settings.batch_size,
+        n_ubatch=settings.ubatch_size,
+        n_threads=settings.cpu_threads,
+        n_threads_batch=settings.cpu_threads_batch,
+        n_gpu_layers=settings.gpu_layers,
+        flash_attn=settings.flash_attn,
+        verbose=settings.verbose,
+    )
+
+
+def build_application(
+    settings: Settings,
+    model_path: str,
+    vertex: VertexEnvironment | None,
+    on_load_failure: Callable[[BaseException], None] = exit_on_load_failure,
+) -> Application:
+    config = backend_config(settings, model_path)
+    engine = Engine(
+        lambda: LlamaBackend(config),
+        EngineOptions(cont_batching=settings.cont_batching, n_predict_cap=settings.n_predict),
+    )
+    context = ServerContext(settings, engine, model_path, api_keys=settings.all_api_keys())
+    routes = bind_routes(context)
+    if vertex is not None:
+        pool = ThreadPoolExecutor(max_workers=PREDICT_WORKERS, thread_name_prefix="predict")
+        routes = vertex_routes(routes, vertex, pool)
+    flask = create_app(routes, lambda: engine.is_ready, context.api_keys, settings.route_prefix, context)
+    engine.on_load_failure = on_load_failure
+    engine.on_ready = lambda: context.chat_template.check()
+    engine.start()
+    return Application(flask, context)
