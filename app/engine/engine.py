@@ -277,8 +277,9 @@ class Engine:
     def _step(self, backend: Backend) -> None:
         for slot in self._slots:
             if slot.job is not None and slot.job.cancelled:
-                slot.job.emit(CancelledError())
+                job = slot.job
                 slot.release()
+                job.emit(CancelledError())
         batch: list[BatchToken] = []
         outputs: list[tuple[Slot, int]] = []
         for slot in self._slots:
@@ -373,7 +374,8 @@ class Engine:
         predicted_ms = (end - slot.t_prompt_done) * 1000.0 if slot.t_prompt_done else 0.0
         prompt_ms = ((slot.t_prompt_done or end) - slot.t_start) * 1000.0
         self._stats.on_generation_done(len(slot.generated), predicted_ms / 1000.0)
-        slot.job.emit(Completion(
+        job = slot.job
+        completion = Completion(
             text=slot.text,
             tokens=tuple(slot.generated),
             finish=reason,
@@ -389,21 +391,24 @@ class Engine:
                 predicted_n=len(slot.generated),
                 predicted_ms=predicted_ms,
             ),
-        ))
-        slot.release()
+        )
+        slot.release()  # before the answer goes out, so /slots never shows a finished job as running
+        job.emit(completion)
 
     def _fail(self, backend: Backend, slot: Slot, error: EngineError) -> None:
-        if slot.job is not None:
-            slot.job.emit(error)
+        job = slot.job
         backend.forget(slot.id, 0)
         slot.cached.clear()
         slot.release()
+        if job is not None:
+            job.emit(error)
 
     def _fail_everything(self, error: EngineError) -> None:
         for slot in self._slots:
             if slot.job is not None:
-                slot.job.emit(error)
+                job = slot.job
                 slot.release()
+                job.emit(error)
         for job in self._pending:
             job.emit(error)
         self._pending.clear()

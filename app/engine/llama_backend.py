@@ -191,6 +191,14 @@ class LlamaBackend:
         self._batch = lc.llama_batch_init(self.n_batch, 0, 1)
         self.vocab = LlamaVocabulary(self._model, vocab)
         self.info = self._read_info(config.model_path, vocab)
+        self._warm_up(vocab)
+
+    def _warm_up(self, vocab: Any) -> None:
+        """One throw-away decode, as llama-server does, so the first request does not pay for the
+        first graph build and weight paging."""
+        token = lc.llama_vocab_bos(vocab)
+        self.decode([BatchToken(token if token >= 0 else 0, 0, 0, True)])
+        lc.llama_memory_clear(self._memory, True)
 
     def _read_info(self, path: str, vocab: Any) -> ModelInfo:
         desc = ctypes.create_string_buffer(256)

@@ -1,0 +1,119 @@
+"""A small fake llama.cpp backend with the real Backend interface, for engine unit tests.
+
+Vocabulary: token ``10 + b`` is the byte ``b``; token 2 is the end-of-generation token. The fake
+"model" keeps a mirror of every sequence's KV cells (and checks that positions are contiguous, as
+llama.cpp does), and answers each prompt with a scripted reply: after the last ``>`` of a
+sequence, the i-th generated token is the i-th byte of the reply, then EOS.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from app.engine import BatchToken, DecodeError, ModelInfo, SamplingParams
+
+EOS = 2
+OFFSET = 10
+MARK = OFFSET + ord(">")
+
+
+def encode(text: str) -> list[int]:
+    return [OFFSET + byte for byte in text.encode("utf-8")]
+
+
+class FakeVocabulary:
+    n_vocab = OFFSET + 256
+
+    def tokenize(self, text: str, add_special: bool, parse_special: bool) -> list[int]:
+        return encode(text)
+
+    def piece(self, token: int, special: bool) -> bytes:
+        return bytes([token - OFFSET]) if token >= OFFSET else b""
+
+    def is_eog(self, token: int) -> bool:
+        return token == EOS
+
+    def eog_tokens(self) -> tuple[int, ...]:
+        return (EOS,)
+
+    def apply_builtin_template(
+        self, template: str | None, messages: Sequence[tuple[str, str]], add_assistant: bool
+    ) -> str:
+        text = "".join(f"<{role}>{content}" for role, content in messages)
+        return text + ("<assistant>" if add_assistant else "")
+
+
+class FakeSampler:
+    def __init__(self, backend: FakeBackend, params: SamplingParams) -> None:
+        self.backend = backend
+        self.params = params
+        self.freed = False
+
+    def sample(self, batch_index: int) -> int:
+        return self.backend.next_token(batch_index, self.params)
+
+    def free(self) -> None:
+        self.freed = True
+
+
+def _text(tokens: Sequence[int]) -> str:
+    return bytes(t - OFFSET for t in tokens if t >= OFFSET).decode("utf-8", "replace")
+
+
+@dataclass
+class FakeBackend:
+    reply_for: Callable[[str], str] = lambda prompt: "Hello, world!"
+    n_seq: int = 4
+    n_ctx_seq: int = 256
+    n_batch: int = 64
+    vocab: FakeVocabulary = field(default_factory=FakeVocabulary)
+    batches: list[list[BatchToken]] = field(default_factory=list)
+    kv: dict[int, list[int]] = field(default_factory=dict)
+    fail_decodes: int = 0
+    closed: bool = False
+
+    @property
+    def info(self) -> ModelInfo:
+        return ModelInfo(
+            path="/models/fake.gguf", name="fake", vocab_type=2, n_vocab=self.vocab.n_vocab,
+            n_ctx_train=1024, n_embd=8, n_params=1000, size=4000, bos_token="", eos_token="",
+            add_bos=False, chat_template=None, description="fake", build_info="b0-fake",
+        )
+
+    def decode(self, batch: Sequence[BatchToken]) -> None:
+        assert 0 < len(batch) <= self.n_batch, f"batch of {len(batch)} tokens over n_batch {self.n_batch}"
+        if self.fail_decodes:
+            self.fail_decodes -= 1
+            raise DecodeError(-3)
+        for entry in batch:
+            cells = self.kv.setdefault(entry.seq, [])
+            assert entry.pos == len(cells), f"seq {entry.seq}: position {entry.pos} after {len(cells)} cells"
+            assert entry.pos < self.n_ctx_seq, "position beyond the slot context"
+            cells.append(entry.token)
+        self.batches.append(list(batch))
+
+    def next_token(self, batch_index: int, params: SamplingParams) -> int:
+        entry = self.batches[-1][batch_index]
+        assert entry.logits, "sampling a batch entry that has no logits"
+        history = self.kv[entry.seq]
+        mark = len(history) - 1 - history[::-1].index(MARK) if MARK in history else -1
+        prompt = _text(history[:mark])
+        generated = history[mark + 1:]
+        reply = encode(self.reply_for(prompt))
+        token = reply[len(generated)] if len(generated) < len(reply) else EOS
+        banned = {tok for tok, bias in params.logit_bias if bias == float("-inf")}
+        return OFFSET + ord(".") if token in banned else token
+
+    def new_sampler(self, params: SamplingParams) -> FakeSampler:
+        return FakeSampler(self, params)
+
+    def forget(self, seq: int, from_pos: int) -> bool:
+        del self.kv.setdefault(seq, [])[from_pos:]
+        return True
+
+    def close(self) -> None:
+        self.closed = True
+
+    def max_sequences_in_one_decode(self) -> int:
+        return max(len({entry.seq for entry in batch}) for batch in self.batches)

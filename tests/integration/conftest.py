@@ -1,0 +1,130 @@
+"""Real servers for integration tests: ``python -m app`` (gunicorn + llama.cpp + the embedded model)
+on 127.0.0.1, started as a user or Vertex AI would start it."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+import requests
+
+ROOT = Path(__file__).resolve().parents[2]
+STARTUP_SECONDS = 120
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def clean_environment(extra: dict[str, str]) -> dict[str, str]:
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if not key.startswith(("LLAMA_", "AIP_"))
+    }
+    env.update(extra)
+    return env
+
+
+@dataclass
+class Server:
+    process: subprocess.Popen[bytes]
+    port: int
+    log_path: Path
+    startup_statuses: list[int] = field(default_factory=list)
+    startup_bodies: list[dict[str, object]] = field(default_factory=list)
+
+    @property
+    def base(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def url(self, path: str) -> str:
+        return self.base + path
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def wait_healthy(self, path: str = "/health", headers: dict[str, str] | None = None) -> None:
+        deadline = time.monotonic() + STARTUP_SECONDS
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise AssertionError(f"the server exited with {self.process.returncode}:\n{self.log()}")
+            try:
+                response = requests.get(self.url(path), headers=headers, timeout=5)
+            except requests.ConnectionError:
+                time.sleep(0.02)
+                continue
+            self.startup_statuses.append(response.status_code)
+            if response.status_code == 200:
+                return
+            self.startup_bodies.append(response.json())
+            time.sleep(0.01)
+        raise AssertionError(f"the server did not become healthy:\n{self.log()}")
+
+    def stop(self, timeout: float = 60) -> int:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        return self.process.returncode
+
+
+def launch(
+    tmp_dir: Path,
+    args: list[str],
+    env: dict[str, str] | None = None,
+    port: int | None = None,
+) -> Server:
+    port = port or free_port()
+    log_path = tmp_dir / f"server-{port}.log"
+    command = [sys.executable, "-m", "app", "--port", str(port), "--threads", "2", *args]
+    with log_path.open("wb") as log_file:
+        process = subprocess.Popen(
+            command, cwd=ROOT, stdout=log_file, stderr=subprocess.STDOUT,
+            env=clean_environment(env or {}),
+        )
+    return Server(process, port, log_path)
+
+
+def start(tmp_dir: Path, args: list[str], env: dict[str, str] | None = None, **wait: object) -> Server:
+    env = dict(env or {})
+    port = free_port()
+    if env.get("AIP_MODE") == "PREDICTION":
+        env.setdefault("AIP_HTTP_PORT", str(port))
+    server = launch(tmp_dir, args, env, port)
+    try:
+        server.wait_healthy(**wait)  # type: ignore[arg-type]
+    except BaseException:
+        server.stop()
+        raise
+    return server
+
+
+@pytest.fixture(scope="session")
+def server_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("servers")
+
+
+@pytest.fixture(scope="session")
+def vertex_server(server_dir: Path) -> Iterator[Server]:
+    """The main server: Vertex AI mode, 8 slots of 1024 tokens, metrics and POST /props on."""
+    server = start(
+        server_dir,
+        ["-np", "8", "-c", "8192", "--metrics", "--props"],
+        {"AIP_MODE": "PREDICTION", "AIP_HEALTH_ROUTE": "/vertex/health", "AIP_PREDICT_ROUTE": "/predict"},
+    )
+    yield server
+    assert server.stop() == 0, server.log()

@@ -1,0 +1,105 @@
+"""Start-up failures, settings that reach the engine, and graceful shutdown of a real process."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import requests
+
+from tests.integration.conftest import ROOT, clean_environment, launch, start
+
+
+def run_app(args: list[str], env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "app", *args], cwd=ROOT, capture_output=True, text=True, timeout=120,
+        env=clean_environment(env or {}),
+    )
+
+
+def test_an_unknown_flag_exits_2_naming_it() -> None:
+    result = run_app(["--no-such-flag"])
+    assert result.returncode == 2
+    assert "--no-such-flag" in result.stderr
+
+
+def test_a_bad_value_exits_2_naming_the_flag() -> None:
+    result = run_app(["--ctx-size", "lots"])
+    assert result.returncode == 2
+    assert "--ctx-size" in result.stderr
+
+
+def test_help_lists_the_flags() -> None:
+    result = run_app(["--help"])
+    assert result.returncode == 0
+    for flag in ("--model", "--parallel", "--api-key", "LLAMA_ARG_CTX_SIZE", "--no-cont-batching"):
+        assert flag in result.stdout
+
+
+def test_a_missing_model_exits_non_zero(tmp_path: Path) -> None:
+    result = run_app(["--model", str(tmp_path / "absent.gguf")])
+    assert result.returncode != 0
+    assert "model file not found" in result.stderr
+
+
+def test_a_file_that_is_not_gguf_exits_non_zero(tmp_path: Path) -> None:
+    fake = tmp_path / "fake.gguf"
+    fake.write_bytes(b"not a model at all")
+    result = run_app(["--model", str(fake)])
+    assert result.returncode != 0
+    assert "not a GGUF file" in result.stderr
+
+
+def test_a_gguf_that_llama_cpp_cannot_load_exits_non_zero(tmp_path: Path) -> None:
+    broken = tmp_path / "broken.gguf"
+    broken.write_bytes(b"GGUF" + b"\x00" * 64)
+    server = launch(tmp_path, ["--model", str(broken)])
+    code = server.process.wait(120)
+    assert code != 0
+    assert "could not load" in server.log()
+
+
+def test_a_predict_route_that_shadows_an_api_route_stops_start_up() -> None:
+    result = run_app([], {"AIP_MODE": "PREDICTION", "AIP_PREDICT_ROUTE": "/tokenize"})
+    assert result.returncode == 1
+    assert "conflicts with an existing llama-server route" in result.stderr
+
+
+def test_settings_from_environment_and_alias(tmp_path: Path) -> None:
+    server = start(tmp_path, ["--alias", "zeta,alpha"], {"LLAMA_ARG_N_PARALLEL": "3", "LLAMA_ARG_CTX_SIZE": "1536"})
+    try:
+        props = requests.get(server.url("/props"), timeout=10).json()
+        assert props["total_slots"] == 3
+        assert props["default_generation_settings"]["n_ctx"] == 512
+        models = requests.get(server.url("/v1/models"), timeout=10).json()
+        assert models["data"][0]["id"] == "alpha"
+        assert models["data"][0]["aliases"] == ["alpha", "zeta"]
+    finally:
+        assert server.stop() == 0
+
+
+def test_sigterm_lets_in_flight_requests_finish_then_exits_0(tmp_path: Path) -> None:
+    server = start(tmp_path, ["-np", "2", "-c", "2048"])
+    outcome: dict[str, object] = {}
+
+    def long_request() -> None:
+        response = requests.post(server.url("/completion"), timeout=120,
+                                 json={"prompt": "Tell a story", "n_predict": 150, "ignore_eos": True})
+        outcome["status"] = response.status_code
+        outcome["tokens"] = response.json()["tokens_predicted"]
+
+    worker = threading.Thread(target=long_request)
+    worker.start()
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        slots = requests.get(server.url("/slots"), timeout=10).json()
+        if any(slot["is_processing"] for slot in slots):
+            break
+        time.sleep(0.02)
+    code = server.stop()
+    worker.join(60)
+    assert code == 0, server.log()
+    assert outcome == {"status": 200, "tokens": 150}

@@ -1,0 +1,327 @@
+"""The engine's scheduler on a fake backend: batching, limits, stops, cache reuse, cancellation."""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from app.engine import (
+    CancelledError,
+    Completion,
+    ContextExceededError,
+    DecodeError,
+    Engine,
+    EngineOptions,
+    FinishReason,
+    GenerationRequest,
+    InvalidJobError,
+    Job,
+    NotReadyError,
+    TokenChunk,
+)
+from tests.fakes import FakeBackend, encode
+
+
+def start(backend: FakeBackend, **options: object) -> Engine:
+    engine = Engine(lambda: backend, EngineOptions(**options))  # type: ignore[arg-type]
+    engine.start()
+    assert engine.wait_ready(5)
+    return engine
+
+
+@pytest.fixture
+def backend() -> FakeBackend:
+    return FakeBackend()
+
+
+@pytest.fixture
+def engine(backend: FakeBackend) -> Iterator[Engine]:
+    engine = start(backend)
+    yield engine
+    engine.stop()
+
+
+def events_of(job: Job, timeout: float = 5.0) -> list[TokenChunk | Completion]:
+    events: list[TokenChunk | Completion] = []
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            _, event = job.sink.get(timeout=0.05)
+        except queue.Empty:
+            continue
+        if isinstance(event, Exception):
+            raise event
+        events.append(event)
+        if isinstance(event, Completion):
+            return events
+    raise AssertionError("the job did not finish")
+
+
+def request(prompt: str, **fields: object) -> GenerationRequest:
+    return GenerationRequest(prompt=tuple(encode(prompt + ">")), **fields)  # type: ignore[arg-type]
+
+
+def test_a_job_generates_its_reply_and_stops_on_eos(engine: Engine) -> None:
+    events = events_of(engine.submit(request("hi")))
+    final = events[-1]
+    assert isinstance(final, Completion)
+    assert final.text == "Hello, world!"
+    assert final.finish is FinishReason.EOS
+    assert "".join(e.text for e in events if isinstance(e, TokenChunk)) == "Hello, world!"
+    assert final.timings.predicted_n == len("Hello, world!")
+    assert final.n_prompt == len(encode("hi>"))
+
+
+def test_n_predict_limits_the_tokens(engine: Engine) -> None:
+    final = events_of(engine.submit(request("hi", n_predict=4)))[-1]
+    assert isinstance(final, Completion)
+    assert final.text == "Hell"
+    assert final.finish is FinishReason.LIMIT
+
+
+def test_n_predict_zero_only_evaluates_the_prompt(engine: Engine) -> None:
+    final = events_of(engine.submit(request("hi", n_predict=0)))[-1]
+    assert isinstance(final, Completion)
+    assert final.text == "" and final.tokens == ()
+    assert final.finish is FinishReason.LIMIT
+
+
+def test_server_n_predict_caps_the_request(backend: FakeBackend) -> None:
+    engine = start(backend, n_predict_cap=3)
+    try:
+        final = events_of(engine.submit(request("hi", n_predict=100)))[-1]
+        assert isinstance(final, Completion) and final.text == "Hel"
+    finally:
+        engine.stop()
+
+
+def test_a_stop_string_cuts_the_text_and_is_never_streamed(engine: Engine) -> None:
+    events = events_of(engine.submit(request("hi", stop=("o, w",))))
+    final = events[-1]
+    assert isinstance(final, Completion)
+    assert final.text == "Hell"
+    assert final.finish is FinishReason.WORD
+    assert final.stopping_word == "o, w"
+    streamed = "".join(e.text for e in events if isinstance(e, TokenChunk))
+    assert streamed == "Hell"
+
+
+def test_a_partial_stop_match_is_released_when_it_does_not_complete() -> None:
+    backend = FakeBackend(reply_for=lambda prompt: "abcabd")
+    engine = start(backend)
+    try:
+        events = events_of(engine.submit(request("x", stop=("abd!",))))
+        chunks = [e.text for e in events if isinstance(e, TokenChunk)]
+        assert "".join(chunks) == "abcabd"
+        final = events[-1]
+        assert isinstance(final, Completion) and final.finish is FinishReason.EOS
+    finally:
+        engine.stop()
+
+
+def test_multibyte_characters_are_never_split_across_chunks() -> None:
+    reply = "héllo ✓ 日本"
+    engine = start(FakeBackend(reply_for=lambda prompt: reply))
+    try:
+        events = events_of(engine.submit(request("x")))
+        chunks = [e.text for e in events if isinstance(e, TokenChunk)]
+        assert "".join(chunks) == reply
+        assert all("\ufffd" not in chunk for chunk in chunks)
+    finally:
+        engine.stop()
+
+
+def test_concurrent_jobs_share_decode_steps(backend: FakeBackend, engine: Engine) -> None:
+    jobs = [engine.submit(request(f"prompt {i}")) for i in range(4)]
+    finals = [events_of(job)[-1] for job in jobs]
+    assert all(isinstance(f, Completion) and f.text == "Hello, world!" for f in finals)
+    assert backend.max_sequences_in_one_decode() == 4
+    assert engine.stats().max_sequences_per_decode == 4
+    assert engine.stats().n_decode_total < 4 * (len("Hello, world!") + 1)
+
+
+def test_long_prompts_are_split_into_chunks_within_n_batch() -> None:
+    backend = FakeBackend(n_batch=16, reply_for=lambda prompt: prompt[:5])
+    engine = start(backend)
+    try:
+        prompts = ["a" * 40, "b" * 33, "c" * 7]
+        jobs = [engine.submit(request(p)) for p in prompts]
+        finals = [events_of(job)[-1] for job in jobs]
+        assert [f.text for f in finals if isinstance(f, Completion)] == [p[:5] for p in prompts]
+        assert max(len(batch) for batch in backend.batches) <= 16
+    finally:
+        engine.stop()
+
+
+def test_a_repeated_prefix_is_reused_from_the_slot_cache(engine: Engine) -> None:
+    first = events_of(engine.submit(request("a long shared system prompt, then question one")))[-1]
+    second = events_of(engine.submit(request("a long shared system prompt, then question two")))[-1]
+    assert isinstance(first, Completion) and isinstance(second, Completion)
+    assert first.timings.cache_n == 0
+    shared = len(encode("a long shared system prompt, then question "))
+    assert second.timings.cache_n == shared
+    assert second.timings.prompt_n == second.n_prompt - shared
+    assert second.text == first.text
+
+
+def test_cache_prompt_off_reprocesses_the_whole_prompt(engine: Engine) -> None:
+    events_of(engine.submit(request("same prompt")))
+    again = events_of(engine.submit(request("same prompt", cache_prompt=False)))[-1]
+    assert isinstance(again, Completion)
+    assert again.timings.cache_n == 0
+    assert again.timings.prompt_n == again.n_prompt
+
+
+def test_a_cancelled_job_frees_its_slot() -> None:
+    backend = FakeBackend(n_seq=1, reply_for=lambda prompt: "x" * 200)
+    engine = start(backend)
+    try:
+        job = engine.submit(request("long"))
+        _, first = job.sink.get(timeout=5)
+        assert isinstance(first, TokenChunk)
+        job.cancel()
+        deadline = time.monotonic() + 5
+        while engine.slot_views()[0].is_processing and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert not engine.slot_views()[0].is_processing
+        follow_up = events_of(engine.submit(GenerationRequest(prompt=tuple(encode("next>")), n_predict=3)))
+        assert isinstance(follow_up[-1], Completion) and follow_up[-1].text == "xxx"
+    finally:
+        engine.stop()
+
+
+def test_a_job_cancelled_while_queued_never_runs() -> None:
+    backend = FakeBackend(n_seq=1, reply_for=lambda prompt: "y" * 50)
+    engine = start(backend)
+    try:
+        running = engine.submit(request("first"))
+        waiting = engine.submit(request("second"))
+        waiting.cancel()
+        assert isinstance(events_of(running)[-1], Completion)
+        _, event = waiting.sink.get(timeout=5)
+        assert isinstance(event, CancelledError)
+    finally:
+        engine.stop()
+
+
+def test_a_prompt_that_fills_the_slot_is_rejected_with_the_counts(engine: Engine) -> None:
+    with pytest.raises(ContextExceededError) as caught:
+        engine.submit(GenerationRequest(prompt=tuple([20] * 256)))
+    assert caught.value.n_prompt_tokens == 256
+    assert caught.value.n_ctx == 256
+
+
+def test_an_empty_prompt_and_unknown_tokens_are_rejected(engine: Engine) -> None:
+    with pytest.raises(InvalidJobError):
+        engine.submit(GenerationRequest(prompt=()))
+    with pytest.raises(InvalidJobError, match="invalid tokens"):
+        engine.submit(GenerationRequest(prompt=(99999,)))
+
+
+def test_generation_stops_when_the_slot_context_is_full() -> None:
+    backend = FakeBackend(n_ctx_seq=32, reply_for=lambda prompt: "z" * 100)
+    engine = start(backend)
+    try:
+        final = events_of(engine.submit(request("0123456789")))[-1]
+        assert isinstance(final, Completion)
+        assert final.truncated and final.finish is FinishReason.LIMIT
+        assert final.n_prompt + len(final.tokens) <= 32
+    finally:
+        engine.stop()
+
+
+def test_a_failed_decode_fails_its_jobs_and_the_engine_keeps_serving(backend: FakeBackend, engine: Engine) -> None:
+    backend.fail_decodes = 1
+    job = engine.submit(request("boom"))
+    _, event = job.sink.get(timeout=5)
+    assert isinstance(event, DecodeError)
+    final = events_of(engine.submit(request("fine")))[-1]
+    assert isinstance(final, Completion) and final.text == "Hello, world!"
+    assert not any(view.is_processing for view in engine.slot_views())
+
+
+def test_id_slot_pins_the_job_to_that_slot(engine: Engine) -> None:
+    final = events_of(engine.submit(request("pinned", id_slot=2)))[-1]
+    assert isinstance(final, Completion) and final.id_slot == 2
+    with pytest.raises(InvalidJobError, match="slot"):
+        engine.submit(request("pinned", id_slot=9))
+
+
+def test_without_continuous_batching_new_jobs_wait_for_a_quiet_engine() -> None:
+    backend = FakeBackend(reply_for=lambda prompt: "w" * 30)
+    engine = start(backend, cont_batching=False)
+    try:
+        first = engine.submit(request("one"))
+        first.sink.get(timeout=5)  # generating now
+        second = engine.submit(request("two"))
+        assert isinstance(events_of(first)[-1], Completion)
+        assert isinstance(events_of(second)[-1], Completion)
+        assert backend.max_sequences_in_one_decode() == 1
+    finally:
+        engine.stop()
+
+
+def test_ignore_eos_bans_the_end_of_generation_token(engine: Engine) -> None:
+    from app.engine import SamplingParams
+
+    final = events_of(engine.submit(request("x", n_predict=16, sampling=SamplingParams(ignore_eos=True))))[-1]
+    assert isinstance(final, Completion)
+    assert final.finish is FinishReason.LIMIT
+    assert final.text.startswith("Hello, world!")
+
+
+def test_submit_before_the_model_is_loaded_is_refused() -> None:
+    gate = threading.Event()
+
+    def slow_backend() -> FakeBackend:
+        gate.wait(5)
+        return FakeBackend()
+
+    engine = Engine(slow_backend)  # type: ignore[arg-type]
+    engine.start()
+    try:
+        assert not engine.is_ready
+        with pytest.raises(NotReadyError):
+            engine.submit(request("early"))
+    finally:
+        gate.set()
+        assert engine.wait_ready(5)
+        engine.stop()
+
+
+def test_a_load_failure_is_reported_to_the_owner() -> None:
+    failures: list[BaseException] = []
+
+    def broken() -> FakeBackend:
+        raise OSError("no such model")
+
+    engine = Engine(broken)  # type: ignore[arg-type]
+    engine.on_load_failure = failures.append
+    engine.start()
+    deadline = time.monotonic() + 5
+    while not failures and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert isinstance(failures[0], OSError)
+    assert not engine.is_ready
+
+
+def test_stop_frees_the_backend_and_fails_running_jobs(backend: FakeBackend) -> None:
+    backend.reply_for = lambda prompt: "q" * 200
+    engine = start(backend)
+    job = engine.submit(request("long"))
+    job.sink.get(timeout=5)
+    engine.stop()
+    assert backend.closed
+    seen = []
+    while True:
+        try:
+            seen.append(job.sink.get_nowait()[1])
+        except queue.Empty:
+            break
+    assert any(isinstance(event, NotReadyError) for event in seen) or any(
+        isinstance(event, Completion) for event in seen
+    )

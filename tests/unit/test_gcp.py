@@ -1,0 +1,200 @@
+"""The Vertex AI layer: AIP_* environment, alias derivation, predict fan-out (with fake routes)."""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import pytest
+
+from app.api import ApiReply, ApiRequest, InvalidRequestError, Route, SseEvent, guard
+from app.routes import ROUTES
+from gcp import AliasTable, VertexEnvironmentError, derive_alias, read_vertex_environment, vertex_routes
+from gcp.environment import VertexEnvironment
+
+
+@pytest.mark.parametrize(
+    ("path", "alias"),
+    [
+        ("/health", "health"),
+        ("/v1/health", "health"),
+        ("/completion", "completion"),
+        ("/v1/chat/completions", "chatCompletions"),
+        ("/chat/completions", "chatCompletions"),
+        ("/apply-template", "applyTemplate"),
+        ("/v1/messages/count_tokens", "messagesCountTokens"),
+        ("/v1/chat/completions/input_tokens", "chatCompletionsInputTokens"),
+        ("/lora-adapters", "loraAdapters"),
+        ("/slots/:id_slot", "slots"),
+        ("/v1/stream/:conv_id", "stream"),
+        ("/v1", "v1"),
+    ],
+)
+def test_derive_alias_like_llama_server(path: str, alias: str) -> None:
+    assert derive_alias(path) == alias
+
+
+def fake_route(method: str, path: str, name: str, reply: Any = None) -> Route:
+    def handler(request: ApiRequest) -> ApiReply:
+        return ApiReply(body=reply if reply is not None else {"handled_by": name, "body": request.json()})
+
+    return Route(method, path, name, guard(handler))
+
+
+def test_first_registration_wins_and_collisions_are_reported() -> None:
+    routes = [
+        fake_route("POST", "/completions", "native"),
+        fake_route("POST", "/v1/completions", "openai"),
+        fake_route("POST", "/chat/completions", "chat"),
+        fake_route("POST", "/v1/chat/completions", "chat"),
+        fake_route("GET", "/props", "get_props"),
+        fake_route("POST", "/props", "post_props"),
+    ]
+    table = AliasTable(routes)
+    assert table.resolve("completions") is routes[0]
+    assert table.resolve("/v1/completions") is routes[1]
+    assert table.resolve("chatCompletions") is routes[2]
+    assert [(c.alias, c.winner.name, c.loser.name) for c in table.collisions] == [
+        ("completions", "native", "openai")
+    ]
+    assert table.resolve("props") is routes[4]
+    assert table.resolve("/props") is routes[4]
+    assert table.shadowed == [routes[5]]
+    assert table.resolve("nothing") is None
+
+
+def test_the_real_table_resolves_completions_to_the_native_route() -> None:
+    routes = [Route(s.method, s.path, s.handler.__name__, lambda r: ApiReply()) for s in ROUTES]
+    table = AliasTable(routes)
+    assert table.resolve("completions").path == "/completions"  # type: ignore[union-attr]
+    assert table.resolve("chatCompletions").name == "post_chat_completions"  # type: ignore[union-attr]
+    assert table.resolve("applyTemplate").path == "/apply-template"  # type: ignore[union-attr]
+
+
+def test_vertex_environment() -> None:
+    assert read_vertex_environment({}) is None
+    assert read_vertex_environment({"AIP_MODE": "prediction"}) is None
+    env = read_vertex_environment({"AIP_MODE": "PREDICTION"})
+    assert env == VertexEnvironment(port=8080, predict_route="/predict", health_route=None, storage_uri=None)
+    env = read_vertex_environment({
+        "AIP_MODE": "PREDICTION", "AIP_HTTP_PORT": "9000", "AIP_PREDICT_ROUTE": "v1/endpoints/1:predict",
+        "AIP_HEALTH_ROUTE": "", "AIP_STORAGE_URI": "gs://bucket/model",
+    })
+    assert env is not None
+    assert (env.port, env.predict_route, env.health_route) == (9000, "/v1/endpoints/1:predict", None)
+    assert env.storage_uri == "gs://bucket/model"
+    with pytest.raises(VertexEnvironmentError, match="AIP_HTTP_PORT"):
+        read_vertex_environment({"AIP_MODE": "PREDICTION", "AIP_HTTP_PORT": "eighty"})
+
+
+def test_a_predict_route_that_hides_an_api_route_is_refused() -> None:
+    env = VertexEnvironment(port=8080, predict_route="/tokenize", health_route=None, storage_uri=None)
+    with pytest.raises(VertexEnvironmentError, match="conflicts"):
+        env.check_routes(spec.path for spec in ROUTES)
+
+
+@pytest.fixture
+def pool() -> ThreadPoolExecutor:
+    return ThreadPoolExecutor(max_workers=16)
+
+
+def predict_route(routes: list[Route], pool: ThreadPoolExecutor, health: str | None = None) -> Route:
+    env = VertexEnvironment(port=8080, predict_route="/predict", health_route=health, storage_uri=None)
+    table = vertex_routes(routes, env, pool)
+    return next(route for route in table if route.path == "/predict")
+
+
+def call(route: Route, body: Any) -> ApiReply:
+    import json
+
+    return route.handler(ApiRequest("POST", route.path, body=json.dumps(body).encode()))
+
+
+def test_predict_answers_each_instance_in_order(pool: ThreadPoolExecutor) -> None:
+    def failing(request: ApiRequest) -> ApiReply:
+        raise InvalidRequestError("Field 'x': bad")
+
+    routes = [
+        fake_route("POST", "/tokenize", "tokenize"),
+        Route("POST", "/detokenize", "detokenize", guard(failing)),
+        fake_route("GET", "/metrics", "metrics"),
+    ]
+    routes[2] = Route("GET", "/metrics", "metrics", lambda r: ApiReply(text="llamacpp:x 1\n"))
+    reply = call(predict_route(routes, pool), {"instances": [
+        {"@requestFormat": "tokenize", "content": "a", "stream": True},
+        {"@requestFormat": "detokenize"},
+        {"@requestFormat": "/tokenize", "content": "b"},
+        {"@requestFormat": "metrics"},
+        {"@requestFormat": "nope"},
+        {"content": "no format"},
+        {"@requestFormat": 7},
+        "not an object",
+    ], "parameters": {"ignored": True}})
+    assert reply.status == 200
+    predictions = reply.body["predictions"]
+    assert predictions[0] == {"handled_by": "tokenize", "body": {"content": "a", "stream": False}}
+    assert predictions[1] == {"error": {"code": 400, "message": "Field 'x': bad", "type": "invalid_request_error"}}
+    assert predictions[2]["body"] == {"content": "b"}
+    assert predictions[3] == "llamacpp:x 1\n"
+    assert predictions[4]["error"]["message"] == "no handler registered for @requestFormat: nope"
+    assert predictions[5]["error"]["message"] == "each instance must include a string @requestFormat"
+    assert predictions[6]["error"]["message"] == "each instance must include a string @requestFormat"
+    assert predictions[7]["error"]["message"] == "each instance must be a JSON object"
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        (b"{not json", "not valid JSON"),
+        (b"[1, 2]", "request body must be a JSON object"),
+        (b'{"instances": {}}', "request body must include an array field named instances"),
+        (b"{}", "request body must include an array field named instances"),
+    ],
+)
+def test_envelope_errors_are_400(pool: ThreadPoolExecutor, body: bytes, message: str) -> None:
+    route = predict_route([fake_route("POST", "/tokenize", "tokenize")], pool)
+    reply = route.handler(ApiRequest("POST", "/predict", body=body))
+    assert reply.status == 400
+    assert message in reply.body["error"]["message"]
+
+
+def test_more_than_128_instances_is_400(pool: ThreadPoolExecutor) -> None:
+    route = predict_route([fake_route("POST", "/tokenize", "tokenize")], pool)
+    reply = call(route, {"instances": [{"@requestFormat": "tokenize"}] * 129})
+    assert reply.status == 400
+    assert reply.body["error"]["message"] == "instances array exceeds maximum size of 128"
+    assert call(route, {"instances": [{"@requestFormat": "tokenize"}] * 128}).status == 200
+
+
+def test_instances_run_concurrently(pool: ThreadPoolExecutor) -> None:
+    barrier = threading.Barrier(6, timeout=5)
+
+    def meet(request: ApiRequest) -> ApiReply:
+        barrier.wait()  # only returns once all six instances are in flight together
+        return ApiReply(body={"met": True})
+
+    route = predict_route([Route("POST", "/tokenize", "tokenize", guard(meet))], pool)
+    reply = call(route, {"instances": [{"@requestFormat": "tokenize"}] * 6})
+    assert reply.body["predictions"] == [{"met": True}] * 6
+
+
+def test_a_streaming_reply_is_refused_inside_predict(pool: ThreadPoolExecutor) -> None:
+    def streams(request: ApiRequest) -> ApiReply:
+        return ApiReply(stream=iter([SseEvent({"x": 1})]))
+
+    route = predict_route([Route("POST", "/completion", "completion", guard(streams))], pool)
+    reply = call(route, {"instances": [{"@requestFormat": "completion"}]})
+    assert "does not support streaming" in reply.body["predictions"][0]["error"]["message"]
+
+
+def test_the_health_route_alias(pool: ThreadPoolExecutor) -> None:
+    env = VertexEnvironment(port=8080, predict_route="/predict", health_route="/ping", storage_uri=None)
+    routes = vertex_routes([fake_route("GET", "/health", "get_health", {"status": "ok"})], env, pool)
+    ping = next(route for route in routes if route.path == "/ping")
+    assert ping.method == "GET" and ping.public
+    assert ping.handler(ApiRequest("GET", "/ping")).body == {"status": "ok"}
+    # neither Vertex route is itself an alias target
+    predict = next(route for route in routes if route.path == "/predict")
+    reply = call(predict, {"instances": [{"@requestFormat": "ping"}, {"@requestFormat": "predict"}]})
+    assert all("no handler" in p["error"]["message"] for p in reply.body["predictions"])

@@ -1,0 +1,81 @@
+"""Prompt forms and chat templates."""
+
+from __future__ import annotations
+
+import pytest
+
+from app.chat_template import CHATML, ChatTemplate, TemplateChoice, TemplateError, choose_template
+from app.errors import InvalidRequestError
+from app.handlers.prompts import is_single_prompt, split_prompts, tokenize_prompt
+from tests.fakes import FakeVocabulary, encode
+
+
+@pytest.mark.parametrize(
+    ("prompt", "single"),
+    [("text", True), ([1, 2], True), ([1, "a", 2], True), (["a", "b"], False), (["a", [1, 2]], False), ([], False)],
+)
+def test_single_or_several_prompts(prompt: object, single: bool) -> None:
+    assert is_single_prompt(prompt) is single
+
+
+def test_split_prompts() -> None:
+    assert split_prompts("x") == ["x"]
+    assert split_prompts(["a", [1, 2]]) == ["a", [1, 2]]
+    with pytest.raises(InvalidRequestError, match="prompt"):
+        split_prompts([])
+    with pytest.raises(InvalidRequestError, match="prompt"):
+        split_prompts({"a": 1})
+    with pytest.raises(InvalidRequestError, match="prompt"):
+        split_prompts(["a", {"b": 1}])
+
+
+def test_mixed_prompts_tokenize_in_order() -> None:
+    vocab = FakeVocabulary()
+    assert tokenize_prompt(vocab, [5, "ab", 6], True) == [5, *encode("ab"), 6]
+
+
+def builtin(name: str | None, messages: object, add: bool) -> str:
+    return "builtin"
+
+
+def test_choose_template() -> None:
+    assert choose_template(None, None, "{{ x }}", True) == TemplateChoice("{{ x }}", None)
+    assert choose_template(None, None, None, True) == TemplateChoice(CHATML, None)
+    assert choose_template("chatml", None, "{{ x }}", True) == TemplateChoice(CHATML, None)
+    assert choose_template("llama3", None, "{{ x }}", True) == TemplateChoice(None, "llama3")
+    assert choose_template(None, None, "{{ x }}", False) == TemplateChoice(None, None)
+
+
+def test_jinja_template_renders_messages_and_generation_prompt() -> None:
+    template = ChatTemplate(TemplateChoice(CHATML, None), "<s>", "</s>", builtin)
+    text = template.render([{"role": "user", "content": "Hi"}], add_generation_prompt=True)
+    assert text == "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
+    assert not template.render([{"role": "user", "content": "Hi"}], False).endswith("assistant\n")
+
+
+def test_template_helpers_and_errors() -> None:
+    source = (
+        "{% if messages[0]['role'] == 'system' %}{{ raise_exception('no system please') }}{% endif %}"
+        "{{ messages | tojson }}{{ bos_token }}"
+    )
+    template = ChatTemplate(TemplateChoice(source, None), "<s>", "</s>", builtin)
+    assert template.render([{"role": "user", "content": "é<>"}]) == '[{"role": "user", "content": "é<>"}]<s>'
+    with pytest.raises(InvalidRequestError, match="no system please"):
+        template.render([{"role": "system", "content": "x"}])
+
+
+def test_a_broken_template_fails_at_start_up() -> None:
+    with pytest.raises(TemplateError):
+        ChatTemplate(TemplateChoice("{% for %}", None), "", "", builtin)
+
+
+def test_builtin_templates_go_to_llama_cpp() -> None:
+    seen = []
+
+    def record(name: str | None, messages: object, add: bool) -> str:
+        seen.append((name, messages, add))
+        return "rendered"
+
+    template = ChatTemplate(TemplateChoice(None, "llama3"), "", "", record)
+    assert template.render([{"role": "user", "content": "x"}], True) == "rendered"
+    assert seen[-1] == ("llama3", [("user", "x")], True)

@@ -1,0 +1,93 @@
+"""The layer rules of DESIGN.md, checked by scanning imports; and the route table's shape."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from app.routes import ROUTES
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def imports_of(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text())
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names.add(node.module)
+    return names
+
+
+def modules(package: str) -> list[Path]:
+    return sorted((ROOT / package).rglob("*.py"))
+
+
+def test_only_one_module_imports_llama_cpp() -> None:
+    importers = [
+        path.relative_to(ROOT).as_posix()
+        for package in ("app", "gcp")
+        for path in modules(package)
+        if any(name == "llama_cpp" or name.startswith("llama_cpp.") for name in imports_of(path))
+    ]
+    assert importers == ["app/engine/llama_backend.py"]
+
+
+def test_the_engine_knows_no_web_framework_and_nothing_above_it() -> None:
+    for path in modules("app/engine"):
+        for name in imports_of(path):
+            assert not name.startswith(("flask", "werkzeug", "gunicorn", "pydantic")), (path, name)
+            if name.startswith("app."):
+                assert name.startswith("app.engine"), (path, name)
+
+
+def test_only_the_http_layer_imports_flask() -> None:
+    for package in ("app", "gcp"):
+        for path in modules(package):
+            if "app/http" in path.as_posix() or path.name == "wiring.py":
+                continue
+            for name in imports_of(path):
+                assert not name.startswith(("flask", "werkzeug")), (path, name)
+
+
+def test_gcp_sees_only_the_api_types() -> None:
+    for path in modules("gcp"):
+        for name in imports_of(path):
+            if name.startswith("app"):
+                assert name == "app.api", (path, name)
+
+
+def test_handlers_never_import_the_http_layer_or_gcp() -> None:
+    for path in modules("app/handlers"):
+        for name in imports_of(path):
+            assert not name.startswith(("app.http", "gcp", "app.engine.llama_backend")), (path, name)
+
+
+def test_nothing_reads_the_environment_at_import_time() -> None:
+    for package in ("app", "gcp"):
+        for path in modules(package):
+            tree = ast.parse(path.read_text())
+            for node in tree.body:
+                source = ast.unparse(node)
+                if isinstance(node, ast.FunctionDef | ast.ClassDef | ast.AsyncFunctionDef):
+                    continue
+                assert "os.environ" not in source and "getenv" not in source, (path, source)
+
+
+def test_the_route_table() -> None:
+    keys = [(spec.method, spec.path) for spec in ROUTES]
+    assert len(keys) == len(set(keys))
+    expected = {
+        ("GET", "/health"), ("GET", "/v1/health"), ("GET", "/props"), ("POST", "/props"),
+        ("GET", "/models"), ("GET", "/v1/models"), ("GET", "/slots"), ("GET", "/metrics"),
+        ("POST", "/completion"), ("POST", "/completions"), ("POST", "/v1/completions"),
+        ("POST", "/chat/completions"), ("POST", "/v1/chat/completions"),
+        ("POST", "/tokenize"), ("POST", "/detokenize"), ("POST", "/apply-template"),
+    }
+    assert expected <= set(keys)
+    public = {spec.path for spec in ROUTES if spec.public}
+    assert public == {"/health", "/v1/health", "/models", "/v1/models"}
+    for spec in ROUTES:
+        assert spec.handler.__name__.startswith(spec.method.lower() + "_"), spec
