@@ -243,3 +243,19 @@ def test_cors_preflight(vertex_server: Server) -> None:
     assert response.status_code == 200
     assert response.headers["Access-Control-Allow-Origin"] == "https://ui.example"
     assert response.headers["Access-Control-Allow-Methods"] == "GET, POST"
+
+
+def test_logit_bias_and_ignore_eos_reach_the_sampler(vertex_server: Server) -> None:
+    request = {"prompt": "The capital of France is", "n_predict": 6, "temperature": 0, "return_tokens": True}
+    free = post(vertex_server, "/completion", request).json()
+    banned = free["tokens"][0]
+    biased = post(vertex_server, "/completion", {**request, "logit_bias": [[banned, False]]}).json()
+    assert banned not in biased["tokens"]
+    assert biased["generation_settings"]["logit_bias"] == [{"token": banned, "bias": None}]
+    eos_request = {"prompt": "Hi", "n_predict": 40, "temperature": 0}
+    natural = post(vertex_server, "/completion", {**eos_request, "n_predict": 400}).json()
+    assert natural["stop_type"] == "eos"
+    forced = post(vertex_server, "/completion", {**eos_request, "n_predict": natural["tokens_predicted"] + 5,
+                                                 "ignore_eos": True}).json()
+    assert forced["stop_type"] == "limit"
+    assert forced["tokens_predicted"] == natural["tokens_predicted"] + 5
