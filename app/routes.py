@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from app.api import ApiReply, ApiRequest, Handler, Route, guard
 from app.context import ServerContext
-from app.handlers.chat import post_apply_template, post_chat_completions
+from app.handlers.chat import post_apply_template, post_chat_completions, post_chat_input_tokens
 from app.handlers.completions import post_completion, post_openai_completions
 from app.handlers.server_info import (
     get_health,
@@ -47,6 +47,8 @@ ROUTES: tuple[RouteSpec, ...] = (
     RouteSpec("POST", "/v1/completions", post_openai_completions),
     RouteSpec("POST", "/chat/completions", post_chat_completions),
     RouteSpec("POST", "/v1/chat/completions", post_chat_completions),
+    RouteSpec("POST", "/chat/completions/input_tokens", post_chat_input_tokens),
+    RouteSpec("POST", "/v1/chat/completions/input_tokens", post_chat_input_tokens),
     RouteSpec("POST", "/tokenize", post_tokenize),
     RouteSpec("POST", "/detokenize", post_detokenize),
     RouteSpec("POST", "/apply-template", post_apply_template),

@@ -99,6 +99,10 @@ OPTIONS: tuple[Option, ...] = (
            metavar="JINJA"),
     Option("chat_template_file", ("--chat-template-file",), "str", None,
            "file holding a Jinja chat template", env="LLAMA_ARG_CHAT_TEMPLATE_FILE", metavar="FNAME"),
+    Option("reasoning_format", ("--reasoning-format",), "choice", "auto",
+           "how <think> text is returned: auto/deepseek (split into reasoning_content), deepseek-legacy "
+           "(split and kept in the content), none (left in the content)", env="LLAMA_ARG_THINK",
+           choices=("auto", "none", "deepseek", "deepseek-legacy")),
     Option("threads_http", ("--threads-http",), "int", -1,
            "HTTP threads (-1 = max(parallel + 4, cores - 1))", env="LLAMA_ARG_THREADS_HTTP",
            minimum=-1),
@@ -149,6 +153,7 @@ class Settings:
     jinja: bool = True
     chat_template: str | None = None
     chat_template_file: str | None = None
+    reasoning_format: str = "auto"
     threads_http: int = -1
     timeout: int = 600
     api_prefix: str = ""

@@ -8,10 +8,12 @@ sequence, the i-th generated token is the i-th byte of the reply, then EOS.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from app.engine import BatchToken, DecodeError, ModelInfo, SamplingParams
+from app.engine.types import Sampled, TokenProbs
 
 EOS = 2
 OFFSET = 10
@@ -37,6 +39,15 @@ class FakeVocabulary:
     def eog_tokens(self) -> tuple[int, ...]:
         return (EOS,)
 
+    def grammar_error(self, grammar: str) -> str | None:
+        return None if "root ::=" in grammar else "no root rule"
+
+    def json_schema_grammar(self, schema: object) -> str:
+        return 'root ::= "{}"'
+
+    def special_tokens(self) -> dict[str, int]:
+        return {}
+
     def apply_builtin_template(
         self, template: str | None, messages: Sequence[tuple[str, str]], add_assistant: bool
     ) -> str:
@@ -50,8 +61,11 @@ class FakeSampler:
         self.params = params
         self.freed = False
 
-    def sample(self, batch_index: int) -> int:
-        return self.backend.next_token(batch_index, self.params)
+    def sample(self, batch_index: int) -> Sampled:
+        token = self.backend.next_token(batch_index, self.params)
+        if self.params.n_probs:
+            return Sampled(token, TokenProbs(token, -0.5, ((token, -0.5), (EOS, -1.5))[: self.params.n_probs]))
+        return Sampled(token)
 
     def free(self) -> None:
         self.freed = True
@@ -71,6 +85,8 @@ class FakeBackend:
     batches: list[list[BatchToken]] = field(default_factory=list)
     kv: dict[int, list[int]] = field(default_factory=dict)
     fail_decodes: int = 0
+    copies: list[tuple[int, int]] = field(default_factory=list)
+    decode_seconds: float = 0.0
     closed: bool = False
 
     @property
@@ -83,6 +99,8 @@ class FakeBackend:
 
     def decode(self, batch: Sequence[BatchToken]) -> None:
         assert 0 < len(batch) <= self.n_batch, f"batch of {len(batch)} tokens over n_batch {self.n_batch}"
+        if self.decode_seconds:
+            time.sleep(self.decode_seconds)
         if self.fail_decodes:
             self.fail_decodes -= 1
             raise DecodeError(-3)
@@ -107,6 +125,10 @@ class FakeBackend:
 
     def new_sampler(self, params: SamplingParams) -> FakeSampler:
         return FakeSampler(self, params)
+
+    def copy_sequence(self, source: int, target: int) -> None:
+        self.kv[target] = list(self.kv.get(source, []))
+        self.copies.append((source, target))
 
     def forget(self, seq: int, from_pos: int) -> bool:
         del self.kv.setdefault(seq, [])[from_pos:]

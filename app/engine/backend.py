@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from app.engine.types import SamplingParams
+from app.engine.types import Sampled, SamplingParams
 
 
 @dataclass(frozen=True)
@@ -45,8 +45,9 @@ class BatchToken:
 
 
 class Sampler(Protocol):
-    def sample(self, batch_index: int) -> int:
-        """Sample (and accept) the next token from the logits of batch entry ``batch_index``."""
+    def sample(self, batch_index: int) -> Sampled:
+        """Sample (and accept) the next token from the logits of batch entry ``batch_index``, with
+        its probabilities when the sampler was made with ``n_probs``."""
 
     def free(self) -> None: ...
 
@@ -65,6 +66,15 @@ class Vocabulary(Protocol):
     def apply_builtin_template(
         self, template: str | None, messages: Sequence[tuple[str, str]], add_assistant: bool
     ) -> str: ...
+
+    def grammar_error(self, grammar: str) -> str | None:
+        """Why llama.cpp's grammar parser rejects ``grammar`` (GBNF), or None if it accepts it."""
+
+    def json_schema_grammar(self, schema: object) -> str:
+        """GBNF for a JSON schema; raises ValueError for a schema that cannot be converted."""
+
+    def special_tokens(self) -> dict[str, int]:
+        """Ids of the FIM and other special tokens the model defines (absent ones are left out)."""
 
 
 class Backend(Protocol):
@@ -91,6 +101,10 @@ class Backend(Protocol):
         """Run one ``llama_decode``; raises ``DecodeError``. ``len(batch) <= n_batch``."""
 
     def new_sampler(self, params: SamplingParams) -> Sampler: ...
+
+    def copy_sequence(self, source: int, target: int) -> None:
+        """Make ``target`` hold the same KV cells as ``source`` (for n > 1: one prompt, many
+        continuations)."""
 
     def forget(self, seq: int, from_pos: int) -> bool:
         """Drop the KV cells of ``seq`` from position ``from_pos`` on. False when only the whole

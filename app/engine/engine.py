@@ -1,9 +1,7 @@
-"""The engine thread: owns the backend, admits jobs into slots and decodes every live slot together.
+"""The engine thread: owns the backend and runs the scheduler (``scheduler.py``) step by step.
 
-Each step builds one batch: one token for every generating slot, then prompt chunks of the slots
-still prefilling, up to ``n_batch`` tokens in all, and calls ``decode`` once. Then every slot that
-had an output samples its next token, detokenizes it and checks its stop conditions. HTTP threads
-only call ``submit`` (thread-safe) and read the job's event queue.
+HTTP threads only call ``submit`` (thread-safe) and read the job's event queue; everything that
+touches llama.cpp state happens on this one thread.
 """
 
 from __future__ import annotations
@@ -11,24 +9,15 @@ from __future__ import annotations
 import logging
 import queue
 import threading
-import time
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from app.engine.backend import Backend, BatchToken, ModelInfo, Vocabulary
-from app.engine.errors import (
-    CancelledError,
-    ContextExceededError,
-    DecodeError,
-    EngineError,
-    InvalidJobError,
-    NotReadyError,
-)
-from app.engine.slots import EventSink, Job, Slot, SlotState
+from app.engine.backend import Backend, ModelInfo, Vocabulary
+from app.engine.errors import ContextExceededError, EngineError, InvalidJobError, NotReadyError
+from app.engine.scheduler import Scheduler, SchedulerOptions
+from app.engine.slots import EventSink, Job, Slot
 from app.engine.stats import EngineStats, StatsRecorder
-from app.engine.text import scan_for_stop
-from app.engine.types import Completion, FinishReason, GenerationRequest, Timings, TokenChunk
+from app.engine.types import RANDOM_SEED, GenerationRequest
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +53,6 @@ class Engine:
         self._factory = backend_factory
         self._options = options or EngineOptions()
         self._inbox: queue.SimpleQueue[Job | None] = queue.SimpleQueue()
-        self._pending: deque[Job] = deque()
         self._slots: list[Slot] = []
         self._backend: Backend | None = None
         self._ready = threading.Event()
@@ -124,8 +112,15 @@ class Engine:
 
     # ---- the HTTP side ---------------------------------------------------------------------
 
-    def submit(self, request: GenerationRequest, sink: EventSink | None = None, index: int = 0) -> Job:
-        """Validate and queue a request; raises the engine error that rejects it, if any."""
+    def submit(
+        self, request: GenerationRequest, sink: EventSink | None = None, index: int = 0, copies: int = 1
+    ) -> Job:
+        """Validate and queue a request; raises the engine error that rejects it, if any.
+
+        With ``copies`` > 1 the job gets ``copies - 1`` followers (indexes ``index + 1`` ...): more
+        completions of the same prompt, which is decoded once. A fixed seed is offset per copy, so
+        the copies differ but stay reproducible.
+        """
         backend = self._loaded()
         n_prompt = len(request.prompt)
         if n_prompt == 0:
@@ -136,11 +131,22 @@ class Engine:
             raise InvalidJobError("Prompt contains invalid tokens")
         if request.id_slot >= backend.n_seq:
             raise InvalidJobError(f"Invalid slot ID: id_slot must be below {backend.n_seq}")
+        if not 1 <= copies <= backend.n_seq:
+            raise InvalidJobError(f"n must be between 1 and the number of slots ({backend.n_seq}), got {copies}")
+        if request.sampling.grammar:
+            problem = backend.vocab.grammar_error(request.sampling.grammar)
+            if problem:
+                raise InvalidJobError(f"Failed to initialize samplers: {problem}")
         if self._options.n_predict_cap >= 0 and (
             request.n_predict < 0 or request.n_predict > self._options.n_predict_cap
         ):
             request = replace(request, n_predict=self._options.n_predict_cap)
         job = Job(request, sink, index)
+        for copy in range(1, copies):
+            sampling = request.sampling
+            if sampling.seed != RANDOM_SEED:
+                sampling = replace(sampling, seed=(sampling.seed + copy) % RANDOM_SEED)
+            job.followers.append(Job(replace(request, sampling=sampling, id_slot=-1), job.sink, index + copy))
         self._inbox.put(job)
         return job
 
@@ -179,7 +185,8 @@ class Engine:
                 self.on_load_failure(exc)
             return
         self._backend = backend
-        self._slots = [Slot(index) for index in range(backend.n_seq)]
+        scheduler = Scheduler(backend, self._stats, SchedulerOptions(cont_batching=self._options.cont_batching))
+        self._slots = scheduler.slots
         self._ready.set()
         log.info("model loaded: %s slots of %s tokens", backend.n_seq, backend.n_ctx_seq)
         if self.on_ready is not None:
@@ -194,28 +201,25 @@ class Engine:
                     self.on_load_failure(exc)
                 return
         try:
-            self._serve(backend)
+            self._serve(scheduler)
         except BaseException:
             log.exception("the engine thread failed")
             raise
         finally:
             self._stopped.set()
-            self._fail_everything(NotReadyError("the server is shutting down"))
+            self._fail_everything(scheduler, NotReadyError("the server is shutting down"))
             backend.close()
 
-    def _serve(self, backend: Backend) -> None:
+    def _serve(self, scheduler: Scheduler) -> None:
         while True:
-            busy = any(slot.busy for slot in self._slots)
-            if not self._take_inbox(block=not busy and not self._pending):
+            if not self._take_inbox(scheduler, block=not scheduler.busy and not scheduler.pending):
                 return
-            self._admit(backend)
-            self._stats.on_load(
-                sum(slot.busy for slot in self._slots), len(self._pending)
-            )
-            if any(slot.busy for slot in self._slots):
-                self._step(backend)
+            scheduler.admit()
+            scheduler.report_load()
+            if scheduler.busy:
+                scheduler.step()
 
-    def _take_inbox(self, block: bool) -> bool:
+    def _take_inbox(self, scheduler: Scheduler, block: bool) -> bool:
         """Move submitted jobs to the pending queue; False once asked to stop."""
         try:
             item = self._inbox.get(timeout=0.5) if block else self._inbox.get_nowait()
@@ -224,198 +228,19 @@ class Engine:
         while True:
             if item is None:
                 return False
-            self._pending.append(item)
+            scheduler.pending.append(item)
             try:
                 item = self._inbox.get_nowait()
             except queue.Empty:
                 return True
 
-    def _admit(self, backend: Backend) -> None:
-        if not self._options.cont_batching and any(slot.busy for slot in self._slots):
-            return
-        waiting: deque[Job] = deque()
-        while self._pending:
-            job = self._pending.popleft()
-            if job.cancelled:
-                job.emit(CancelledError())
-                continue
-            slot = self._pick_slot(job)
-            if slot is None:
-                waiting.append(job)
-                if job.request.id_slot < 0:
-                    break
-                continue
-            self._start(backend, slot, job)
-        waiting.extend(self._pending)
-        self._pending = waiting
-
-    def _pick_slot(self, job: Job) -> Slot | None:
-        request = job.request
-        if request.id_slot >= 0:
-            slot = self._slots[request.id_slot]
-            return None if slot.busy else slot
-        idle = [slot for slot in self._slots if not slot.busy]
-        if not idle:
-            return None
-        if request.cache_prompt:
-            best = max(idle, key=lambda slot: (slot.reusable_prefix(request.prompt), -slot.last_used))
-            if best.reusable_prefix(request.prompt) > 0:
-                return best
-        return min(idle, key=lambda slot: slot.last_used)
-
-    def _start(self, backend: Backend, slot: Slot, job: Job) -> None:
-        request = job.request
-        keep = slot.reusable_prefix(request.prompt) if request.cache_prompt else 0
-        if not backend.forget(slot.id, keep):
-            keep = 0
-        sampling = request.sampling
-        if sampling.ignore_eos:
-            bias = tuple((token, float("-inf")) for token in backend.vocab.eog_tokens())
-            sampling = replace(sampling, logit_bias=sampling.logit_bias + bias)
-        slot.start(job, backend.new_sampler(sampling), keep)
-
-    def _step(self, backend: Backend) -> None:
-        for slot in self._slots:
-            if slot.job is not None and slot.job.cancelled:
-                job = slot.job
-                slot.release()
-                job.emit(CancelledError())
-        batch: list[BatchToken] = []
-        outputs: list[tuple[Slot, int]] = []
-        for slot in self._slots:
-            if slot.state is SlotState.GENERATE:
-                outputs.append((slot, len(batch)))
-                batch.append(BatchToken(slot.next_token, len(slot.cached), slot.id, True))
-                slot.cached.append(slot.next_token)
-        for slot in self._slots:
-            room = backend.n_batch - len(batch)
-            if room <= 0:
-                break
-            if slot.state is not SlotState.PREFILL:
-                continue
-            chunk, slot.pending = slot.pending[:room], slot.pending[room:]
-            for token in chunk:
-                batch.append(BatchToken(token, len(slot.cached), slot.id, False))
-                slot.cached.append(token)
-            if not slot.pending:
-                batch[-1] = replace(batch[-1], logits=True)
-                outputs.append((slot, len(batch) - 1))
-        if not batch:
-            return
-        in_batch = {token.seq for token in batch}
-        try:
-            backend.decode(batch)
-        except DecodeError as exc:
-            log.error("llama_decode failed (%s) for slots %s", exc.code, sorted(in_batch))
-            for slot in self._slots:
-                if slot.id in in_batch and slot.job is not None:
-                    self._fail(backend, slot, exc)
-            return
-        self._stats.on_decode(len(batch), len(in_batch))
-        for slot, index in outputs:
-            self._after_decode(backend, slot, index)
-
-    def _after_decode(self, backend: Backend, slot: Slot, index: int) -> None:
-        assert slot.job is not None and slot.sampler is not None
-        request = slot.job.request
-        now = time.perf_counter()
-        if slot.state is SlotState.PREFILL:
-            slot.state = SlotState.GENERATE
-            slot.t_prompt_done = now
-            self._stats.on_prompt_done(slot.n_prompt - slot.cache_n, now - slot.t_start)
-            if request.n_predict == 0:
-                self._finish(backend, slot, FinishReason.LIMIT, None)
-                return
-        token = slot.sampler.sample(index)
-        slot.t_last = time.perf_counter()
-        if backend.vocab.is_eog(token) and not request.sampling.ignore_eos:
-            self._finish(backend, slot, FinishReason.EOS, None)
-            return
-        slot.next_token = token
-        slot.generated.append(token)
-        slot.unsent_tokens.append(token)
-        slot.text += slot.utf8.feed(backend.vocab.piece(token, False))
-        scan = scan_for_stop(slot.text, slot.stop_searched, request.stop)
-        slot.stop_searched = len(slot.text)
-        if scan.stop_word is not None:
-            slot.text = slot.text[: scan.safe_end]
-            self._finish(backend, slot, FinishReason.WORD, scan.stop_word)
-            return
-        if 0 <= request.n_predict <= len(slot.generated):
-            self._finish(backend, slot, FinishReason.LIMIT, None)
-            return
-        if len(slot.cached) + 1 >= backend.n_ctx_seq:
-            self._finish(backend, slot, FinishReason.LIMIT, None, truncated=True)
-            return
-        if scan.safe_end > slot.sent:
-            self._send_chunk(slot, scan.safe_end)
-
-    def _send_chunk(self, slot: Slot, end: int) -> None:
-        assert slot.job is not None
-        slot.job.emit(TokenChunk(slot.text[slot.sent:end], tuple(slot.unsent_tokens),
-                                 len(slot.generated), slot.id))
-        slot.sent = end
-        slot.unsent_tokens = []
-
-    def _finish(
-        self,
-        backend: Backend,
-        slot: Slot,
-        reason: FinishReason,
-        stop_word: str | None,
-        truncated: bool = False,
-    ) -> None:
-        assert slot.job is not None
-        if reason is not FinishReason.WORD:
-            slot.text += slot.utf8.flush()
-        if len(slot.text) > slot.sent or slot.unsent_tokens:
-            self._send_chunk(slot, len(slot.text))
-        end = slot.t_last or time.perf_counter()
-        predicted_ms = (end - slot.t_prompt_done) * 1000.0 if slot.t_prompt_done else 0.0
-        prompt_ms = ((slot.t_prompt_done or end) - slot.t_start) * 1000.0
-        self._stats.on_generation_done(len(slot.generated), predicted_ms / 1000.0)
-        job = slot.job
-        completion = Completion(
-            text=slot.text,
-            tokens=tuple(slot.generated),
-            finish=reason,
-            stopping_word=stop_word or "",
-            truncated=truncated,
-            n_prompt=slot.n_prompt,
-            n_cached_after=len(slot.cached),
-            id_slot=slot.id,
-            timings=Timings(
-                cache_n=slot.cache_n,
-                prompt_n=slot.n_prompt - slot.cache_n,
-                prompt_ms=prompt_ms,
-                predicted_n=len(slot.generated),
-                predicted_ms=predicted_ms,
-            ),
-        )
-        slot.release()  # before the answer goes out, so /slots never shows a finished job as running
-        job.emit(completion)
-
-    def _fail(self, backend: Backend, slot: Slot, error: EngineError) -> None:
-        job = slot.job
-        backend.forget(slot.id, 0)
-        slot.cached.clear()
-        slot.release()
-        if job is not None:
-            job.emit(error)
-
-    def _fail_everything(self, error: EngineError) -> None:
-        for slot in self._slots:
-            if slot.job is not None:
-                job = slot.job
-                slot.release()
-                job.emit(error)
-        for job in self._pending:
-            job.emit(error)
-        self._pending.clear()
+    def _fail_everything(self, scheduler: Scheduler, error: EngineError) -> None:
+        scheduler.fail_everything(error)
         while True:
             try:
                 item = self._inbox.get_nowait()
             except queue.Empty:
                 return
             if item is not None:
-                item.emit(error)
+                for member in item.family:
+                    member.emit(error)

@@ -13,7 +13,7 @@ from itertools import count
 from app.engine.backend import Sampler
 from app.engine.errors import EngineError
 from app.engine.text import Utf8Stream
-from app.engine.types import GenerationRequest, JobEvent
+from app.engine.types import GenerationRequest, JobEvent, TokenProbs
 
 _job_ids = count()
 
@@ -30,13 +30,21 @@ class Job:
         self.request = request
         self.sink: EventSink = sink if sink is not None else queue.SimpleQueue()
         self._cancelled = threading.Event()
+        self.followers: list[Job] = []
+
+    @property
+    def family(self) -> list[Job]:
+        """This job and its followers (the other completions of the same prompt, for n > 1)."""
+        return [self, *self.followers]
 
     def emit(self, event: JobEvent | EngineError) -> None:
         self.sink.put((self.index, event))
 
     def cancel(self) -> None:
-        """Ask the engine to stop this job; its slot is free after the next step."""
+        """Ask the engine to stop this job (and its followers); slots are free after the next step."""
         self._cancelled.set()
+        for follower in self.followers:
+            follower.cancel()
 
     @property
     def cancelled(self) -> bool:
@@ -46,6 +54,7 @@ class Job:
 class SlotState(enum.Enum):
     IDLE = "idle"
     PREFILL = "prefill"
+    FOLLOW = "follow"  # waits for its leader's prompt, then copies the leader's KV cells
     GENERATE = "generate"
 
 
@@ -76,6 +85,9 @@ class Slot:
     stop_searched: int = 0
     generated: list[int] = field(default_factory=list)
     unsent_tokens: list[int] = field(default_factory=list)
+    probs: list[TokenProbs] = field(default_factory=list)
+    probs_sent: int = 0
+    leader: Slot | None = None
     n_prompt: int = 0
     cache_n: int = 0
     t_start: float = 0.0
@@ -108,6 +120,9 @@ class Slot:
         self.stop_searched = 0
         self.generated = []
         self.unsent_tokens = []
+        self.probs = []
+        self.probs_sent = 0
+        self.leader = None
         self.n_prompt = len(prompt)
         self.cache_n = keep
         self.t_start = time.perf_counter()
@@ -124,4 +139,5 @@ class Slot:
         self.job = None
         self.state = SlotState.IDLE
         self.pending = []
+        self.leader = None
         self.last_used = time.monotonic()

@@ -7,6 +7,10 @@ from dataclasses import dataclass, field
 
 RANDOM_SEED = 0xFFFFFFFF  # llama.cpp's LLAMA_DEFAULT_SEED: a random seed per sampler
 
+# llama-server's default sampler order (applied between logit bias / grammar and the final pick).
+DEFAULT_SAMPLERS = ("penalties", "dry", "top_n_sigma", "top_k", "typ_p", "top_p", "min_p", "xtc", "temperature")
+DEFAULT_DRY_BREAKERS = ("\n", ":", "\"", "*")
+
 
 @dataclass(frozen=True)
 class SamplingParams:
@@ -25,6 +29,23 @@ class SamplingParams:
     logit_bias: tuple[tuple[int, float], ...] = ()
     ignore_eos: bool = False
     min_keep: int = 0
+    dynatemp_range: float = 0.0
+    dynatemp_exponent: float = 1.0
+    top_n_sigma: float = -1.0
+    xtc_probability: float = 0.0
+    xtc_threshold: float = 0.1
+    dry_multiplier: float = 0.0
+    dry_base: float = 1.75
+    dry_allowed_length: int = 2
+    dry_penalty_last_n: int = -1
+    dry_sequence_breakers: tuple[str, ...] = DEFAULT_DRY_BREAKERS
+    mirostat: int = 0
+    mirostat_tau: float = 5.0
+    mirostat_eta: float = 0.1
+    samplers: tuple[str, ...] = DEFAULT_SAMPLERS
+    grammar: str = ""
+    n_probs: int = 0
+    post_sampling_probs: bool = False
 
 
 class FinishReason(enum.Enum):
@@ -45,6 +66,25 @@ class GenerationRequest:
     stop: tuple[str, ...] = ()
     cache_prompt: bool = True
     id_slot: int = -1
+    n_keep: int = 0
+    n_indent: int = 0
+    t_max_predict_ms: int = -1
+
+
+@dataclass(frozen=True)
+class TokenProbs:
+    """A generated token's log-probability (or, after the sampler chain, probability) and the
+    most likely alternatives at that step, best first."""
+
+    token: int
+    value: float
+    top: tuple[tuple[int, float], ...]
+
+
+@dataclass(frozen=True)
+class Sampled:
+    token: int
+    probs: TokenProbs | None = None
 
 
 @dataclass(frozen=True)
@@ -55,6 +95,7 @@ class TokenChunk:
     tokens: tuple[int, ...]
     n_predicted: int
     id_slot: int
+    probs: tuple[TokenProbs, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -79,6 +120,7 @@ class Completion:
     n_cached_after: int
     id_slot: int
     timings: Timings
+    probs: tuple[TokenProbs, ...] = ()
 
 
 JobEvent = TokenChunk | Completion

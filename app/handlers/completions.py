@@ -5,17 +5,23 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+from pydantic import Field
+
 from app.api import ApiReply, ApiRequest, SseEvent
 from app.context import ServerContext
 from app.engine import Completion, GenerationRequest, TokenChunk
+from app.errors import InvalidRequestError
 from app.handlers.generation import JobGroup, started_stream
-from app.handlers.params import GenerationFields, generation_request, validate_body
+from app.handlers.params import GenerationFields, completions_count, generation_request, validate_body
 from app.handlers.prompts import split_prompts, tokenize_prompt
 from app.handlers.shapes import (
     finish_reason,
+    legacy_logprobs,
     merged_timings,
     native_final,
     openai_envelope,
+    probability_entries,
+    probs_within_text,
     random_id,
     timings_body,
     usage_body,
@@ -24,36 +30,76 @@ from app.handlers.shapes import (
 
 class CompletionBody(GenerationFields):
     prompt: Any
+    logprobs: int | None = Field(None, ge=0, le=100)
+    echo: bool = False
+    suffix: str | None = None
+    best_of: int | None = Field(None, ge=1)
+    response_fields: list[str] | None = None
 
 
 def _requests(ctx: ServerContext, body: CompletionBody) -> list[GenerationRequest]:
+    if body.echo:
+        raise InvalidRequestError("Field 'echo': echoing the prompt is not supported")
+    if body.suffix:
+        raise InvalidRequestError("Field 'suffix': use POST /infill for fill-in-the-middle")
+    if body.best_of not in (None, 1):
+        raise InvalidRequestError("Field 'best_of': only 1 is supported; use n for several completions")
     vocab = ctx.engine.vocab
     add_special = ctx.engine.info.add_bos
+    n_probs = body.n_probs if body.n_probs is not None else body.logprobs
     return [
-        generation_request(ctx, body, tokenize_prompt(vocab, prompt, add_special))
+        generation_request(ctx, body, tokenize_prompt(vocab, prompt, add_special), n_probs=n_probs)
         for prompt in split_prompts(body.prompt)
     ]
+
+
+def _project(body: dict[str, Any], fields: list[str] | None) -> dict[str, Any]:
+    """``response_fields``: keep only these (``a/b`` reads a nested field into a key named ``a/b``)."""
+    if not fields:
+        return body
+    projected: dict[str, Any] = {}
+    for path in fields:
+        value: Any = body
+        for part in path.split("/"):
+            value = value.get(part) if isinstance(value, dict) else None
+        if value is not None:
+            projected[path] = value
+    return projected
+
+
+def native_body(ctx: ServerContext, request: GenerationRequest, result: Completion, index: int,
+                stream: bool, return_tokens: bool) -> dict[str, Any]:
+    body = native_final(ctx, request, result, index, stream, return_tokens)
+    if request.sampling.n_probs > 0 and not stream:
+        probs = probs_within_text(ctx.engine.vocab, result)
+        body["completion_probabilities"] = probability_entries(
+            ctx.engine.vocab, probs, request.sampling.post_sampling_probs
+        )
+    return body
 
 
 def post_completion(ctx: ServerContext, request: ApiRequest) -> ApiReply:
     body = validate_body(CompletionBody, request.json_object())
     requests = _requests(ctx, body)
-    group = JobGroup(ctx.engine, requests)
+    copies = completions_count(ctx, body)
+    group = JobGroup(ctx.engine, requests, copies)
     if body.stream:
-        return ApiReply(stream=_native_stream(ctx, group, requests, request))
+        return ApiReply(stream=_native_stream(ctx, group, requests, copies, request))
     results = group.results(request.should_stop)
     finals = [
-        native_final(ctx, requests[index], result, index, False, body.return_tokens)
+        _project(native_body(ctx, requests[index // copies], result, index, False, body.return_tokens),
+                 body.response_fields)
         for index, result in enumerate(results)
     ]
     return ApiReply(body=finals[0] if len(finals) == 1 else finals)
 
 
 def _native_stream(
-    ctx: ServerContext, group: JobGroup, requests: list[GenerationRequest], request: ApiRequest
+    ctx: ServerContext, group: JobGroup, requests: list[GenerationRequest], copies: int, request: ApiRequest
 ) -> Iterator[SseEvent]:
     for item in started_stream(group, request.should_stop):
         event = item.event
+        job_request = requests[item.index // copies]
         if isinstance(event, TokenChunk):
             chunk: dict[str, Any] = {
                 "index": item.index,
@@ -62,52 +108,80 @@ def _native_stream(
                 "stop": False,
                 "id_slot": event.id_slot,
                 "tokens_predicted": event.n_predicted,
-                "tokens_evaluated": len(requests[item.index].prompt),
+                "tokens_evaluated": len(job_request.prompt),
             }
+            if job_request.sampling.n_probs > 0:
+                chunk["completion_probabilities"] = probability_entries(
+                    ctx.engine.vocab, event.probs, job_request.sampling.post_sampling_probs
+                )
             yield SseEvent(chunk)
         else:
-            yield SseEvent(native_final(ctx, requests[item.index], event, item.index, True, False))
+            yield SseEvent(native_final(ctx, job_request, event, item.index, True, False))
+
+
+def _choice_logprobs(ctx: ServerContext, request: GenerationRequest, probs: Any) -> dict[str, Any] | None:
+    if request.sampling.n_probs <= 0:
+        return None
+    return legacy_logprobs(probability_entries(ctx.engine.vocab, probs, request.sampling.post_sampling_probs))
 
 
 def post_openai_completions(ctx: ServerContext, request: ApiRequest) -> ApiReply:
     body = validate_body(CompletionBody, request.json_object())
     requests = _requests(ctx, body)
-    group = JobGroup(ctx.engine, requests)
+    copies = completions_count(ctx, body)
+    group = JobGroup(ctx.engine, requests, copies)
     response_id = random_id("chatcmpl-")
     if body.stream:
-        return ApiReply(stream=_openai_stream(ctx, group, request, response_id, body.include_usage()))
+        return ApiReply(stream=_openai_stream(ctx, group, requests, copies, request, response_id,
+                                              body.include_usage()))
     results = group.results(request.should_stop)
     reply = openai_envelope(ctx, "text_completion", response_id)
     reply["choices"] = [
-        {"text": result.text, "index": index, "logprobs": None, "finish_reason": finish_reason(result)}
+        {
+            "text": result.text,
+            "index": index,
+            "logprobs": _choice_logprobs(ctx, requests[index // copies], probs_within_text(ctx.engine.vocab, result)),
+            "finish_reason": finish_reason(result),
+        }
         for index, result in enumerate(results)
     ]
-    reply["usage"] = usage_body(results)
+    reply["usage"] = usage_body(results, copies)
     reply["timings"] = merged_timings(results)
     return ApiReply(body=reply)
 
 
 def _openai_stream(
-    ctx: ServerContext, group: JobGroup, request: ApiRequest, response_id: str, include_usage: bool
+    ctx: ServerContext,
+    group: JobGroup,
+    requests: list[GenerationRequest],
+    copies: int,
+    request: ApiRequest,
+    response_id: str,
+    include_usage: bool,
 ) -> Iterator[SseEvent]:
-    results: list[Completion] = []
+    results: dict[int, Completion] = {}
     for item in started_stream(group, request.should_stop):
         event = item.event
         chunk = openai_envelope(ctx, "text_completion", response_id)
         if isinstance(event, TokenChunk):
-            chunk["choices"] = [{"text": event.text, "index": item.index, "logprobs": None,
-                                 "finish_reason": None}]
+            chunk["choices"] = [{
+                "text": event.text,
+                "index": item.index,
+                "logprobs": _choice_logprobs(ctx, requests[item.index // copies], event.probs),
+                "finish_reason": None,
+            }]
         else:
-            results.append(event)
+            results[item.index] = event
             chunk["choices"] = [{"text": "", "index": item.index, "logprobs": None,
                                  "finish_reason": finish_reason(event)}]
-            if len(results) == len(group.jobs) and not include_usage:
+            if len(results) == group.size and not include_usage:
                 chunk["timings"] = timings_body(event.timings)
         yield SseEvent(chunk)
     if include_usage and results:
         chunk = openai_envelope(ctx, "text_completion", response_id)
         chunk["choices"] = []
-        chunk["usage"] = usage_body(results)
-        chunk["timings"] = merged_timings(results)
+        ordered = [results[index] for index in sorted(results)]
+        chunk["usage"] = usage_body(ordered, copies)
+        chunk["timings"] = merged_timings(ordered)
         yield SseEvent(chunk)
     yield SseEvent("[DONE]")

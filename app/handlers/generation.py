@@ -26,12 +26,15 @@ POLL_SECONDS = 0.1
 class JobGroup:
     """The jobs of one request. Cancelling the group frees every slot it holds."""
 
-    def __init__(self, engine: Engine, requests: Sequence[GenerationRequest]) -> None:
+    def __init__(self, engine: Engine, requests: Sequence[GenerationRequest], copies: int = 1) -> None:
+        """Submit every request; with ``copies`` > 1, each prompt gets that many completions, and
+        the events of prompt ``i``'s copy ``k`` carry the index ``i * copies + k``."""
         self._sink: queue.SimpleQueue[tuple[int, JobEvent | EngineError]] = queue.SimpleQueue()
         self.jobs: list[Job] = []
+        self.size = len(requests) * copies
         try:
-            for index, request in enumerate(requests):
-                self.jobs.append(engine.submit(request, self._sink, index))
+            for number, request in enumerate(requests):
+                self.jobs.append(engine.submit(request, self._sink, number * copies, copies))
         except BaseException:
             self.cancel()
             raise
@@ -42,7 +45,7 @@ class JobGroup:
 
     def events(self, should_stop: Callable[[], bool]) -> Generator[tuple[int, JobEvent], None, None]:
         """Events of every job as they arrive; raises the first engine error (and cancels the rest)."""
-        remaining = len(self.jobs)
+        remaining = self.size
         try:
             while remaining:
                 try:
@@ -65,7 +68,7 @@ class JobGroup:
         for index, event in self.events(should_stop):
             if isinstance(event, Completion):
                 finals[index] = event
-        return [finals[index] for index in range(len(self.jobs))]
+        return [finals[index] for index in range(self.size)]
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from app.context import ServerContext
 from app.engine import RANDOM_SEED, GenerationRequest, SamplingParams
+from app.engine.types import DEFAULT_DRY_BREAKERS, DEFAULT_SAMPLERS
 from app.errors import InvalidRequestError
 
 log = logging.getLogger(__name__)
@@ -78,6 +79,28 @@ class GenerationFields(BaseModel):
     return_tokens: bool = False
     n: int = Field(1, ge=1)
     n_cmpl: int | None = Field(None, ge=1)
+    n_keep: int = Field(0, ge=-1)
+    n_discard: int = Field(0, ge=0)
+    n_indent: int = Field(0, ge=0)
+    t_max_predict_ms: int = Field(-1, ge=-1)
+    dynatemp_range: float = 0.0
+    dynatemp_exponent: float = 1.0
+    top_n_sigma: float = -1.0
+    xtc_probability: float = 0.0
+    xtc_threshold: float = 0.1
+    dry_multiplier: float = 0.0
+    dry_base: float = 1.75
+    dry_allowed_length: int = Field(2, ge=0)
+    dry_penalty_last_n: int = Field(-1, ge=-1)
+    dry_sequence_breakers: list[str] = Field(default_factory=lambda: list(DEFAULT_DRY_BREAKERS), min_length=1)
+    mirostat: int = 0
+    mirostat_tau: float = 5.0
+    mirostat_eta: float = 0.1
+    samplers: list[str] | str | None = None
+    n_probs: int | None = Field(None, ge=0)
+    post_sampling_probs: bool = False
+    grammar: str | None = None
+    json_schema: dict[str, Any] | None = None
 
     def requested_n_predict(self) -> int:
         for value in (self.n_predict, self.max_completion_tokens, self.max_tokens):
@@ -134,9 +157,49 @@ def _logit_bias(ctx: ServerContext, raw: dict[str, float | bool] | list[list[Any
     return tuple(result)
 
 
-def sampling_params(ctx: ServerContext, fields: GenerationFields) -> SamplingParams:
+SAMPLER_LETTERS = {"e": "penalties", "d": "dry", "s": "top_n_sigma", "k": "top_k", "y": "typ_p",
+                   "p": "top_p", "m": "min_p", "x": "xtc", "t": "temperature"}
+SAMPLER_NAMES = {name: name for name in SAMPLER_LETTERS.values()} | {
+    "typical_p": "typ_p", "typical": "typ_p", "temp": "temperature", "nucleus": "top_p",
+}
+
+
+def sampler_order(raw: list[str] | str | None) -> tuple[str, ...]:
+    """llama-server's ``samplers``: a list of names, or a string of one letter per sampler."""
+    if raw is None:
+        return DEFAULT_SAMPLERS
+    names = [SAMPLER_LETTERS.get(letter) for letter in raw] if isinstance(raw, str) else [
+        SAMPLER_NAMES.get(name) for name in raw
+    ]
+    if any(name is None for name in names):
+        known = ", ".join(sorted(SAMPLER_NAMES))
+        raise InvalidRequestError(f"Field 'samplers': unknown sampler in {raw!r} (known: {known}, or letters "
+                                  f"{''.join(SAMPLER_LETTERS)})")
+    return tuple(name for name in names if name is not None)
+
+
+def grammar_for(ctx: ServerContext, grammar: str | None, schema: Any, field: str) -> str:
+    """GBNF from ``grammar`` or from a JSON schema; 400 saying why a schema cannot be used."""
+    if grammar and schema is not None:
+        raise InvalidRequestError(f"Field '{field}': give either a grammar or a JSON schema, not both")
+    if grammar:
+        return grammar
+    if schema is None:
+        return ""
+    if not isinstance(schema, dict | bool):
+        raise InvalidRequestError(f"Field '{field}': a JSON schema must be an object, got {type(schema).__name__}")
+    try:
+        return ctx.engine.vocab.json_schema_grammar(schema)
+    except ValueError as exc:
+        raise InvalidRequestError(f"Field '{field}': invalid JSON schema: {exc}") from None
+
+
+def sampling_params(
+    ctx: ServerContext, fields: GenerationFields, grammar: str = "", n_probs: int | None = None
+) -> SamplingParams:
     settings = ctx.settings
     seed = settings.seed if fields.seed is None else fields.seed
+    probs = fields.n_probs if n_probs is None else n_probs
     return SamplingParams(
         temperature=max(0.0, settings.temp if fields.temperature is None else fields.temperature),
         top_k=max(0, settings.top_k if fields.top_k is None else fields.top_k),
@@ -151,25 +214,52 @@ def sampling_params(ctx: ServerContext, fields: GenerationFields) -> SamplingPar
         logit_bias=_logit_bias(ctx, fields.logit_bias),
         ignore_eos=fields.ignore_eos,
         min_keep=fields.min_keep or 0,
+        dynatemp_range=fields.dynatemp_range,
+        dynatemp_exponent=fields.dynatemp_exponent,
+        top_n_sigma=fields.top_n_sigma,
+        xtc_probability=_clamp(fields.xtc_probability, 0.0, 1.0),
+        xtc_threshold=_clamp(fields.xtc_threshold, 0.0, 1.0),
+        dry_multiplier=fields.dry_multiplier,
+        dry_base=fields.dry_base if fields.dry_base >= 1.0 else 1.75,
+        dry_allowed_length=fields.dry_allowed_length,
+        dry_penalty_last_n=fields.dry_penalty_last_n,
+        dry_sequence_breakers=tuple(fields.dry_sequence_breakers),
+        mirostat=int(_clamp(fields.mirostat, 0, 2)),
+        mirostat_tau=fields.mirostat_tau,
+        mirostat_eta=fields.mirostat_eta,
+        samplers=sampler_order(fields.samplers),
+        grammar=grammar,
+        n_probs=probs or 0,
+        post_sampling_probs=fields.post_sampling_probs,
     )
 
 
-def completions_count(fields: GenerationFields) -> int:
+def completions_count(ctx: ServerContext, fields: GenerationFields) -> int:
+    """``n`` (or llama-server's ``n_cmpl``): 1 up to the number of slots."""
     count = fields.n_cmpl if fields.n_cmpl is not None else fields.n
-    if count != 1:
-        raise InvalidRequestError(
-            "Field 'n': only one completion per prompt is served (n must be 1)"
-        )
+    slots = ctx.engine.n_slots
+    if not 1 <= count <= slots:
+        raise InvalidRequestError(f"Field 'n': must be between 1 and the number of slots ({slots}), got {count}")
     return count
 
 
-def generation_request(ctx: ServerContext, fields: GenerationFields, prompt: list[int]) -> GenerationRequest:
-    completions_count(fields)
+def generation_request(
+    ctx: ServerContext,
+    fields: GenerationFields,
+    prompt: list[int],
+    grammar: str | None = None,
+    n_probs: int | None = None,
+) -> GenerationRequest:
+    if grammar is None:
+        grammar = grammar_for(ctx, fields.grammar, fields.json_schema, "json_schema")
     return GenerationRequest(
         prompt=tuple(prompt),
-        sampling=sampling_params(ctx, fields),
+        sampling=sampling_params(ctx, fields, grammar, n_probs),
         n_predict=fields.requested_n_predict(),
         stop=fields.stop_strings(),
         cache_prompt=ctx.settings.cache_prompt if fields.cache_prompt is None else fields.cache_prompt,
         id_slot=fields.id_slot,
+        n_keep=fields.n_keep,
+        n_indent=fields.n_indent,
+        t_max_predict_ms=fields.t_max_predict_ms,
     )

@@ -8,10 +8,10 @@ import time
 from typing import Any
 
 from app.context import ServerContext
-from app.engine import Completion, FinishReason, GenerationRequest, Timings
+from app.engine import Completion, FinishReason, GenerationRequest, Timings, Vocabulary
+from app.engine.types import TokenProbs
 
 _ALPHANUMERIC = string.ascii_letters + string.digits
-SAMPLER_ORDER = ("logit_bias", "penalties", "top_k", "typ_p", "top_p", "min_p", "temperature")
 
 
 def random_id(prefix: str) -> str:
@@ -65,7 +65,83 @@ def generation_settings(request: GenerationRequest, stream: bool) -> dict[str, A
             {"token": token, "bias": None if bias == float("-inf") else bias}
             for token, bias in sampling.logit_bias
         ],
-        "samplers": ["greedy"] if sampling.temperature <= 0 else [*SAMPLER_ORDER, "dist"],
+        "samplers": list(sampling.samplers),
+        "dynatemp_range": sampling.dynatemp_range,
+        "dynatemp_exponent": sampling.dynatemp_exponent,
+        "top_n_sigma": sampling.top_n_sigma,
+        "xtc_probability": sampling.xtc_probability,
+        "xtc_threshold": sampling.xtc_threshold,
+        "dry_multiplier": sampling.dry_multiplier,
+        "dry_base": sampling.dry_base,
+        "dry_allowed_length": sampling.dry_allowed_length,
+        "dry_penalty_last_n": sampling.dry_penalty_last_n,
+        "dry_sequence_breakers": list(sampling.dry_sequence_breakers),
+        "mirostat": sampling.mirostat,
+        "mirostat_tau": sampling.mirostat_tau,
+        "mirostat_eta": sampling.mirostat_eta,
+        "n_keep": request.n_keep,
+        "n_indent": request.n_indent,
+        "t_max_predict_ms": request.t_max_predict_ms,
+        "n_probs": sampling.n_probs,
+        "post_sampling_probs": sampling.post_sampling_probs,
+        "grammar": sampling.grammar,
+    }
+
+
+def _token_entry(vocab: Vocabulary, token: int, value: float, post: bool) -> dict[str, Any]:
+    piece = vocab.piece(token, False)
+    return {
+        "id": token,
+        "token": piece.decode("utf-8", errors="ignore"),
+        "bytes": list(piece),
+        ("prob" if post else "logprob"): value,
+    }
+
+
+def probability_entries(vocab: Vocabulary, probs: tuple[TokenProbs, ...], post: bool) -> list[dict[str, Any]]:
+    """llama-server's ``completion_probabilities`` entries (also OpenAI's ``logprobs.content``)."""
+    entries = []
+    for item in probs:
+        entry = _token_entry(vocab, item.token, item.value, post)
+        entry["top_probs" if post else "top_logprobs"] = [
+            _token_entry(vocab, token, value, post) for token, value in item.top if not post or value > 0.0
+        ]
+        entries.append(entry)
+    return entries
+
+
+def probs_within_text(vocab: Vocabulary, result: Completion) -> tuple[TokenProbs, ...]:
+    """The probabilities of the tokens that made the final text (a stop word's tokens dropped)."""
+    if result.finish is not FinishReason.WORD:
+        return result.probs
+    limit = len(result.text.encode("utf-8"))
+    kept: list[TokenProbs] = []
+    size = 0
+    for item in result.probs:
+        if size >= limit:
+            break
+        kept.append(item)
+        size += len(vocab.piece(item.token, False))
+    return tuple(kept)
+
+
+def legacy_logprobs(entries: list[dict[str, Any]], offset: int = 0) -> dict[str, Any]:
+    """OpenAI's /v1/completions ``logprobs`` object, beside llama-server's ``content`` list."""
+    offsets = []
+    position = offset
+    for entry in entries:
+        offsets.append(position)
+        position += len(entry["token"])
+    return {
+        "content": entries,
+        "tokens": [entry["token"] for entry in entries],
+        "token_logprobs": [entry.get("logprob", entry.get("prob")) for entry in entries],
+        "top_logprobs": [
+            {top["token"]: top.get("logprob", top.get("prob")) for top in entry.get("top_logprobs",
+                                                                                   entry.get("top_probs", []))}
+            for entry in entries
+        ],
+        "text_offset": offsets,
     }
 
 
@@ -105,10 +181,12 @@ def finish_reason(result: Completion) -> str:
     return "length" if result.finish is FinishReason.LIMIT else "stop"
 
 
-def usage_body(results: list[Completion]) -> dict[str, Any]:
-    prompt = sum(result.n_prompt for result in results)
+def usage_body(results: list[Completion], copies: int = 1) -> dict[str, Any]:
+    """Token counts; a prompt shared by ``copies`` completions (n > 1) counts once."""
+    firsts = results[::copies]
+    prompt = sum(result.n_prompt for result in firsts)
     completion = sum(result.timings.predicted_n for result in results)
-    cached = sum(result.timings.cache_n for result in results)
+    cached = sum(result.timings.cache_n for result in firsts)
     return {
         "completion_tokens": completion,
         "prompt_tokens": prompt,

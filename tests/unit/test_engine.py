@@ -325,3 +325,89 @@ def test_stop_frees_the_backend_and_fails_running_jobs(backend: FakeBackend) -> 
     assert any(isinstance(event, NotReadyError) for event in seen) or any(
         isinstance(event, Completion) for event in seen
     )
+
+
+def family_events(job: Job, size: int, timeout: float = 5.0) -> dict[int, list[TokenChunk | Completion]]:
+    events: dict[int, list[TokenChunk | Completion]] = {}
+    done = 0
+    deadline = time.monotonic() + timeout
+    while done < size and time.monotonic() < deadline:
+        try:
+            index, event = job.sink.get(timeout=0.05)
+        except queue.Empty:
+            continue
+        if isinstance(event, Exception):
+            raise event
+        events.setdefault(index, []).append(event)
+        done += isinstance(event, Completion)
+    assert done == size, "the family did not finish"
+    return events
+
+
+def test_copies_decode_the_prompt_once_and_copy_the_cells(backend: FakeBackend, engine: Engine) -> None:
+    prompt = request("a prompt shared by three completions")
+    job = engine.submit(prompt, copies=3, index=10)
+    events = family_events(job, 3)
+    assert sorted(events) == [10, 11, 12]
+    finals = [events[i][-1] for i in (10, 11, 12)]
+    assert all(isinstance(f, Completion) and f.text == "Hello, world!" for f in finals)
+    prompt_tokens_decoded = sum(1 for batch in backend.batches for entry in batch if not entry.logits or
+                                entry.token in prompt.prompt[-1:])
+    assert prompt_tokens_decoded <= len(prompt.prompt) + 2
+    leader_slot = finals[0].id_slot  # type: ignore[union-attr]
+    assert sorted(target for source, target in backend.copies if source == leader_slot) == sorted(
+        f.id_slot for f in finals[1:]  # type: ignore[union-attr]
+    )
+    assert len({f.id_slot for f in finals}) == 3  # type: ignore[union-attr]
+
+
+def test_copies_get_distinct_seeds_when_one_is_given(engine: Engine) -> None:
+    from app.engine import SamplingParams
+
+    job = engine.submit(request("x", sampling=SamplingParams(seed=7)), copies=2)
+    assert [member.request.sampling.seed for member in job.family] == [7, 8]
+
+
+def test_too_many_copies_is_refused(engine: Engine) -> None:
+    with pytest.raises(InvalidJobError, match="n must be between"):
+        engine.submit(request("x"), copies=5)
+
+
+def test_a_grammar_llama_cpp_rejects_is_refused_at_submit(engine: Engine) -> None:
+    from app.engine import SamplingParams
+
+    with pytest.raises(InvalidJobError, match="Failed to initialize samplers"):
+        engine.submit(request("x", sampling=SamplingParams(grammar="nonsense")))
+
+
+def test_token_probabilities_travel_with_the_chunks(engine: Engine) -> None:
+    from app.engine import SamplingParams
+
+    events = events_of(engine.submit(request("x", n_predict=4, sampling=SamplingParams(n_probs=2))))
+    chunks = [e for e in events if isinstance(e, TokenChunk)]
+    assert sum(len(c.probs) for c in chunks) == 4
+    assert all(len(c.probs) == len(c.tokens) for c in chunks)
+    final = events[-1]
+    assert isinstance(final, Completion) and [p.token for p in final.probs] == list(final.tokens)
+
+
+def test_n_indent_stops_at_a_line_indented_less() -> None:
+    engine = start(FakeBackend(reply_for=lambda prompt: "def f():\n    return 1\nprint(f())\n"))
+    try:
+        final = events_of(engine.submit(request("code", n_indent=4)))[-1]
+        assert isinstance(final, Completion)
+        assert final.text == "def f():\n    return 1"
+        assert final.finish is FinishReason.LIMIT
+    finally:
+        engine.stop()
+
+
+def test_t_max_predict_ms_stops_at_the_next_new_line() -> None:
+    engine = start(FakeBackend(reply_for=lambda prompt: "line one\nline two\nline three\n", decode_seconds=0.002))
+    try:
+        final = events_of(engine.submit(request("x", t_max_predict_ms=1)))[-1]
+        assert isinstance(final, Completion)
+        assert final.finish is FinishReason.LIMIT
+        assert final.text.count("\n") == 1
+    finally:
+        engine.stop()

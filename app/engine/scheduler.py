@@ -1,0 +1,296 @@
+"""The scheduler: admits jobs into slots and runs one decode step over every live slot.
+
+Each step builds ONE batch: a token for every generating slot, then prompt chunks of the slots
+still prefilling, up to ``n_batch`` tokens in all; then every slot that had an output samples its
+next token, detokenizes it and checks its stop conditions. A job with followers (n > 1) takes a
+slot per completion: the leader decodes the prompt once, its KV cells are copied to each follower,
+and every follower samples its first token from the leader's logits. Runs on the engine thread only.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+from dataclasses import dataclass, replace
+
+from app.engine.backend import Backend, BatchToken
+from app.engine.errors import CancelledError, DecodeError, EngineError
+from app.engine.slots import Job, Slot, SlotState
+from app.engine.stats import StatsRecorder
+from app.engine.text import scan_for_stop
+from app.engine.types import Completion, FinishReason, Timings, TokenChunk
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class SchedulerOptions:
+    cont_batching: bool = True
+
+
+def indentation_of(line: str) -> int:
+    return len(line) - len(line.lstrip(" \t"))
+
+
+class Scheduler:
+    def __init__(self, backend: Backend, stats: StatsRecorder, options: SchedulerOptions) -> None:
+        self.backend = backend
+        self.stats = stats
+        self.options = options
+        self.slots = [Slot(index) for index in range(backend.n_seq)]
+        self.pending: deque[Job] = deque()
+
+    @property
+    def busy(self) -> bool:
+        return any(slot.busy for slot in self.slots)
+
+    def report_load(self) -> None:
+        self.stats.on_load(sum(slot.busy for slot in self.slots), len(self.pending))
+
+    # ---- admission -------------------------------------------------------------------------
+
+    def admit(self) -> None:
+        if not self.options.cont_batching and self.busy:
+            return
+        waiting: deque[Job] = deque()
+        while self.pending:
+            job = self.pending.popleft()
+            if job.cancelled:
+                for member in job.family:
+                    member.emit(CancelledError())
+                continue
+            slots = self._pick_slots(job)
+            if slots is None:
+                waiting.append(job)
+                if job.request.id_slot < 0:
+                    break
+                continue
+            self._start(slots[0], job)
+            for slot, follower in zip(slots[1:], job.followers, strict=True):
+                self._follow(slot, follower, slots[0])
+        waiting.extend(self.pending)
+        self.pending = waiting
+
+    def _pick_slots(self, job: Job) -> list[Slot] | None:
+        """A slot for the job (the one whose cache holds most of the prompt), and one more for each
+        follower; None until enough are idle."""
+        request = job.request
+        idle = [slot for slot in self.slots if not slot.busy]
+        if len(idle) < 1 + len(job.followers):
+            return None
+        if request.id_slot >= 0:
+            leader = self.slots[request.id_slot]
+            if leader.busy:
+                return None
+        elif request.cache_prompt and max(slot.reusable_prefix(request.prompt) for slot in idle) > 0:
+            leader = max(idle, key=lambda slot: (slot.reusable_prefix(request.prompt), -slot.last_used))
+        else:
+            leader = min(idle, key=lambda slot: slot.last_used)
+        others = sorted((slot for slot in idle if slot is not leader), key=lambda slot: slot.last_used)
+        return [leader, *others[: len(job.followers)]]
+
+    def _sampler_for(self, job: Job) -> object:
+        sampling = job.request.sampling
+        if sampling.ignore_eos:
+            bias = tuple((token, float("-inf")) for token in self.backend.vocab.eog_tokens())
+            sampling = replace(sampling, logit_bias=sampling.logit_bias + bias)
+        return self.backend.new_sampler(sampling)
+
+    def _start(self, slot: Slot, job: Job) -> None:
+        request = job.request
+        keep = slot.reusable_prefix(request.prompt) if request.cache_prompt else 0
+        if not self.backend.forget(slot.id, keep):
+            keep = 0
+        slot.start(job, self._sampler_for(job), keep)  # type: ignore[arg-type]
+
+    def _follow(self, slot: Slot, job: Job, leader: Slot) -> None:
+        slot.start(job, self._sampler_for(job), 0)  # type: ignore[arg-type]
+        slot.state = SlotState.FOLLOW
+        slot.pending = []
+        slot.leader = leader
+
+    # ---- one step --------------------------------------------------------------------------
+
+    def step(self) -> None:
+        self._drop_cancelled()
+        batch: list[BatchToken] = []
+        outputs: list[tuple[Slot, int]] = []
+        for slot in self.slots:
+            if slot.state is SlotState.GENERATE:
+                outputs.append((slot, len(batch)))
+                batch.append(BatchToken(slot.next_token, len(slot.cached), slot.id, True))
+                slot.cached.append(slot.next_token)
+        for slot in self.slots:
+            room = self.backend.n_batch - len(batch)
+            if room <= 0:
+                break
+            if slot.state is not SlotState.PREFILL:
+                continue
+            chunk, slot.pending = slot.pending[:room], slot.pending[room:]
+            for token in chunk:
+                batch.append(BatchToken(token, len(slot.cached), slot.id, False))
+                slot.cached.append(token)
+            if not slot.pending:
+                batch[-1] = replace(batch[-1], logits=True)
+                outputs.append((slot, len(batch) - 1))
+        if not batch:
+            return
+        in_batch = {token.seq for token in batch}
+        try:
+            self.backend.decode(batch)
+        except DecodeError as exc:
+            log.error("llama_decode failed (%s) for slots %s", exc.code, sorted(in_batch))
+            for slot in self.slots:
+                if slot.job is not None and (slot.id in in_batch or slot.leader is not None):
+                    self._fail(slot, exc)
+            return
+        self.stats.on_decode(len(batch), len(in_batch))
+        for slot, index in outputs:
+            if slot.state is SlotState.PREFILL:
+                self._prompt_done(slot, index)
+            else:
+                self._take_token(slot, index)
+
+    def _drop_cancelled(self) -> None:
+        for slot in self.slots:
+            job = slot.job
+            if job is None:
+                continue
+            leader_gone = slot.state is SlotState.FOLLOW and (slot.leader is None or slot.leader.job is None)
+            if job.cancelled or leader_gone:
+                slot.release()
+                job.emit(CancelledError())
+
+    def _prompt_done(self, slot: Slot, index: int) -> None:
+        assert slot.job is not None
+        now = time.perf_counter()
+        followers = [s for s in self.slots if s.state is SlotState.FOLLOW and s.leader is slot]
+        for member in (slot, *followers):
+            member.state = SlotState.GENERATE
+            member.t_prompt_done = now
+        self.stats.on_prompt_done(slot.n_prompt - slot.cache_n, now - slot.t_start)
+        for follower in followers:
+            self.backend.copy_sequence(slot.id, follower.id)
+            follower.cached = list(slot.cached)
+            follower.cache_n = slot.n_prompt
+            follower.leader = None
+        for member in (slot, *followers):
+            if member.job is not None and member.job.request.n_predict == 0:
+                self._finish(member, FinishReason.LIMIT, None)
+            else:
+                self._take_token(member, index)
+
+    def _take_token(self, slot: Slot, index: int) -> None:
+        assert slot.job is not None and slot.sampler is not None
+        request = slot.job.request
+        sampled = slot.sampler.sample(index)
+        token = sampled.token
+        slot.t_last = time.perf_counter()
+        if self.backend.vocab.is_eog(token) and not request.sampling.ignore_eos:
+            self._finish(slot, FinishReason.EOS, None)
+            return
+        slot.next_token = token
+        slot.generated.append(token)
+        slot.unsent_tokens.append(token)
+        if sampled.probs is not None:
+            slot.probs.append(sampled.probs)
+        before = len(slot.text)
+        slot.text += slot.utf8.feed(self.backend.vocab.piece(token, False))
+        scan = scan_for_stop(slot.text, slot.stop_searched, request.stop)
+        slot.stop_searched = len(slot.text)
+        if scan.stop_word is not None:
+            slot.text = slot.text[: scan.safe_end]
+            self._finish(slot, FinishReason.WORD, scan.stop_word)
+            return
+        if self._line_limit(slot, before):
+            self._finish(slot, FinishReason.LIMIT, None)
+            return
+        if 0 <= request.n_predict <= len(slot.generated):
+            self._finish(slot, FinishReason.LIMIT, None)
+            return
+        if len(slot.cached) + 1 >= self.backend.n_ctx_seq:
+            self._finish(slot, FinishReason.LIMIT, None, truncated=True)
+            return
+        if scan.safe_end > slot.sent:
+            self._send_chunk(slot, scan.safe_end)
+
+    def _line_limit(self, slot: Slot, before: int) -> bool:
+        """``n_indent`` (stop at a line indented less than it) and ``t_max_predict_ms`` (stop at a
+        new line once the time is up), as llama-server checks them."""
+        assert slot.job is not None
+        request = slot.job.request
+        if "\n" not in slot.text[before:]:
+            return False
+        if request.t_max_predict_ms > 0:
+            elapsed_ms = (time.perf_counter() - slot.t_prompt_done) * 1000.0
+            if elapsed_ms > request.t_max_predict_ms:
+                return True
+        if request.n_indent > 0:
+            lines = slot.text.split("\n")
+            for number, line in enumerate(lines[1:-1], start=1):
+                if line.strip() and indentation_of(line) < request.n_indent:
+                    slot.text = "\n".join(lines[:number])
+                    return True
+        return False
+
+    def _send_chunk(self, slot: Slot, end: int) -> None:
+        assert slot.job is not None
+        probs = tuple(slot.probs[slot.probs_sent:])
+        slot.job.emit(TokenChunk(slot.text[slot.sent:end], tuple(slot.unsent_tokens), len(slot.generated),
+                                 slot.id, probs))
+        slot.sent = end
+        slot.probs_sent = len(slot.probs)
+        slot.unsent_tokens = []
+
+    def _finish(self, slot: Slot, reason: FinishReason, stop_word: str | None, truncated: bool = False) -> None:
+        assert slot.job is not None
+        if reason is not FinishReason.WORD:
+            slot.text += slot.utf8.flush()
+        slot.sent = min(slot.sent, len(slot.text))
+        if len(slot.text) > slot.sent or slot.unsent_tokens:
+            self._send_chunk(slot, len(slot.text))
+        end = slot.t_last or time.perf_counter()
+        predicted_ms = (end - slot.t_prompt_done) * 1000.0 if slot.t_prompt_done else 0.0
+        prompt_ms = ((slot.t_prompt_done or end) - slot.t_start) * 1000.0
+        self.stats.on_generation_done(len(slot.generated), predicted_ms / 1000.0)
+        job = slot.job
+        completion = Completion(
+            text=slot.text,
+            tokens=tuple(slot.generated),
+            finish=reason,
+            stopping_word=stop_word or "",
+            truncated=truncated,
+            n_prompt=slot.n_prompt,
+            n_cached_after=len(slot.cached),
+            id_slot=slot.id,
+            timings=Timings(
+                cache_n=slot.cache_n,
+                prompt_n=slot.n_prompt - slot.cache_n,
+                prompt_ms=prompt_ms,
+                predicted_n=len(slot.generated),
+                predicted_ms=predicted_ms,
+            ),
+            probs=tuple(slot.probs),
+        )
+        slot.release()  # before the answer goes out, so /slots never shows a finished job as running
+        job.emit(completion)
+
+    def _fail(self, slot: Slot, error: EngineError) -> None:
+        job = slot.job
+        self.backend.forget(slot.id, 0)
+        slot.cached.clear()
+        slot.release()
+        if job is not None:
+            job.emit(error)
+
+    def fail_everything(self, error: EngineError) -> None:
+        for slot in self.slots:
+            job = slot.job
+            if job is not None:
+                slot.release()
+                job.emit(error)
+        for job in self.pending:
+            for member in job.family:
+                member.emit(error)
+        self.pending.clear()

@@ -1,0 +1,317 @@
+"""A chat request from messages to choices: what OpenAI chat, OpenAI Responses and Anthropic
+Messages share. ``prepare_chat`` renders and tokenizes the prompt and builds the engine request
+(grammar for structured output or forced tool calls, log-probabilities, n); ``chat_choices`` and
+``chat_deltas`` turn engine events into content, reasoning and tool calls."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from app.context import ServerContext
+from app.engine import Completion, FinishReason, GenerationRequest, TokenChunk
+from app.engine.types import TokenProbs
+from app.errors import InvalidRequestError
+from app.handlers.generation import JobGroup, started_stream
+from app.handlers.params import GenerationFields, completions_count, generation_request, grammar_for
+from app.handlers.reasoning import FORMATS, OPEN, ReasoningStream, split_reasoning
+from app.handlers.shapes import finish_reason, probability_entries, probs_within_text
+from app.handlers.tools import (
+    ToolCall,
+    ToolChoice,
+    ToolPlan,
+    ToolSpec,
+    call_grammar,
+    call_markers,
+    messages_for_template,
+    parse_tool_calls,
+    plan_tools,
+    template_renders_tools,
+)
+
+Role = Literal["system", "developer", "user", "assistant", "tool", "function"]
+
+
+class ContentPart(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    type: str
+    text: str | None = None
+
+
+class ChatMessage(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    role: Role
+    content: str | list[ContentPart] | None = None
+    name: str | None = None
+    tool_calls: list[dict[str, Any]] | None = None
+    tool_call_id: str | None = None
+    reasoning_content: str | None = None
+
+
+class JsonSchemaFormat(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    name: str | None = None
+    schema_: Any = Field(None, alias="schema")
+    strict: bool | None = None
+
+
+class ResponseFormat(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    type: str
+    schema_: Any = Field(None, alias="schema")
+    json_schema: JsonSchemaFormat | None = None
+
+
+class ChatBody(GenerationFields):
+    messages: list[ChatMessage] = Field(min_length=1)
+    add_generation_prompt: bool = True
+    chat_template_kwargs: dict[str, Any] | None = None
+    tools: list[ToolSpec] | None = None
+    tool_choice: ToolChoice | None = None
+    parallel_tool_calls: bool = False
+    response_format: ResponseFormat | None = None
+    logprobs: bool | None = None
+    top_logprobs: int | None = Field(None, ge=0, le=20)
+    reasoning_format: str | None = None
+
+
+def _text_of(message: ChatMessage, index: int) -> str | None:
+    if message.content is None or isinstance(message.content, str):
+        return message.content
+    texts = []
+    for part in message.content:
+        if part.type not in ("text", "input_text", "output_text"):
+            raise InvalidRequestError(
+                f"Field 'messages.{index}.content': content part type {part.type!r} is not supported "
+                "(this model takes text only)"
+            )
+        texts.append(part.text or "")
+    return "\n".join(texts)
+
+
+def template_messages(body: ChatBody) -> list[dict[str, Any]]:
+    rendered = []
+    for index, message in enumerate(body.messages):
+        content = _text_of(message, index)
+        if content is None and message.role != "assistant":
+            raise InvalidRequestError(f"Field 'messages.{index}.content': required for role {message.role!r}")
+        if content is None and message.role == "assistant" and not message.tool_calls:
+            raise InvalidRequestError(f"Field 'messages.{index}': an assistant message needs content or tool_calls")
+        item: dict[str, Any] = dict(message.model_extra or {})
+        item.update(role=message.role, content=content or "")
+        for key in ("name", "tool_calls", "tool_call_id", "reasoning_content"):
+            value = getattr(message, key)
+            if value is not None:
+                item[key] = value
+        rendered.append(item)
+    return rendered
+
+
+def render_prompt(ctx: ServerContext, body: ChatBody, plan: ToolPlan | None = None) -> str:
+    """The chat rendered through the template. A trailing assistant message is a prefill: the
+    model continues it rather than starting a new turn."""
+    template = ctx.chat_template
+    renders_tools = template_renders_tools(template.source)
+    messages = messages_for_template(template_messages(body), plan, renders_tools)
+    tools = [tool.model_dump(exclude_none=True) for tool in plan.tools] if plan and renders_tools else None
+    kwargs = body.chat_template_kwargs
+    if messages[-1]["role"] == "assistant" and body.add_generation_prompt:
+        if len(messages) > 1 and messages[-2]["role"] == "assistant":
+            raise InvalidRequestError("Field 'messages': cannot have two assistant messages at the end")
+        head = template.render(messages[:-1], True, tools, kwargs)
+        return head + str(messages[-1]["content"])
+    return template.render(messages, body.add_generation_prompt, tools, kwargs)
+
+
+def _format_schema(body: ChatBody) -> tuple[bool, Any]:
+    """(structured output wanted, its JSON schema) from ``response_format``."""
+    fmt = body.response_format
+    if fmt is None or fmt.type == "text":
+        return False, None
+    if fmt.type == "json_object":
+        return True, fmt.schema_ if fmt.schema_ is not None else {"type": "object"}
+    if fmt.type == "json_schema":
+        if fmt.json_schema is None or fmt.json_schema.schema_ is None:
+            if fmt.schema_ is not None:
+                return True, fmt.schema_
+            raise InvalidRequestError("Field 'response_format.json_schema.schema': a JSON schema is required")
+        return True, fmt.json_schema.schema_
+    raise InvalidRequestError(
+        f'Field \'response_format\': type must be one of "text", "json_object" or "json_schema", '
+        f"but got: {fmt.type}"
+    )
+
+
+@dataclass(frozen=True)
+class PreparedChat:
+    prompt_text: str
+    request: GenerationRequest
+    copies: int
+    plan: ToolPlan | None
+    reasoning_format: str
+    opened_thinking: bool
+    top_logprobs: int | None
+
+    @property
+    def n_prompt(self) -> int:
+        return len(self.request.prompt)
+
+
+def chat_prompt_tokens(ctx: ServerContext, body: ChatBody) -> tuple[str, list[int], ToolPlan | None]:
+    plan = plan_tools(body.tools, body.tool_choice, body.parallel_tool_calls, ctx.chat_template.source)
+    text = render_prompt(ctx, body, plan)
+    return text, ctx.engine.vocab.tokenize(text, True, True), plan
+
+
+def prepare_chat(ctx: ServerContext, body: ChatBody) -> PreparedChat:
+    if body.top_logprobs is not None and not body.logprobs:
+        raise InvalidRequestError("Field 'top_logprobs': requires 'logprobs' to be true")
+    reasoning_format = body.reasoning_format or ctx.settings.reasoning_format
+    if reasoning_format not in FORMATS:
+        raise InvalidRequestError(f"Field 'reasoning_format': must be one of {', '.join(FORMATS)}")
+    text, tokens, plan = chat_prompt_tokens(ctx, body)
+    structured, schema = _format_schema(body)
+    if structured and body.json_schema is not None:
+        raise InvalidRequestError("Field 'response_format': give either response_format or json_schema, not both")
+    grammar = grammar_for(ctx, body.grammar, schema if structured else body.json_schema,
+                          "response_format.json_schema.schema" if structured else "json_schema")
+    if plan is not None and plan.forced is not None:
+        if grammar:
+            raise InvalidRequestError("Field 'grammar': a custom grammar cannot be combined with forced tool calls")
+        grammar = call_grammar(plan, ctx.engine.vocab)
+    top = body.top_logprobs if body.logprobs else None
+    n_probs = max(1, top or 0) if body.logprobs else None
+    request = generation_request(ctx, body, tokens, grammar, n_probs)
+    return PreparedChat(
+        prompt_text=text,
+        request=request,
+        copies=completions_count(ctx, body),
+        plan=plan,
+        reasoning_format=reasoning_format,
+        opened_thinking=text.rstrip().endswith(OPEN),
+        top_logprobs=top,
+    )
+
+
+@dataclass(frozen=True)
+class ChatChoice:
+    index: int
+    content: str
+    reasoning: str | None
+    tool_calls: list[ToolCall]
+    finish_reason: str
+    completion: Completion
+    logprobs: list[dict[str, Any]] | None
+
+    @property
+    def stop_word(self) -> str | None:
+        return self.completion.stopping_word or None
+
+
+def _logprob_entries(ctx: ServerContext, prepared: PreparedChat, probs: tuple[TokenProbs, ...]
+                     ) -> list[dict[str, Any]] | None:
+    if prepared.top_logprobs is None and prepared.request.sampling.n_probs == 0:
+        return None
+    entries = probability_entries(ctx.engine.vocab, probs, False)
+    keep = prepared.top_logprobs or 0
+    for entry in entries:
+        entry["top_logprobs"] = entry["top_logprobs"][:keep]
+    return entries
+
+
+def finish_choice(ctx: ServerContext, prepared: PreparedChat, index: int, result: Completion) -> ChatChoice:
+    split = split_reasoning(result.text, prepared.reasoning_format, prepared.opened_thinking)
+    content, calls = split.content, list[ToolCall]()
+    if prepared.plan is not None:
+        content, calls = parse_tool_calls(content, prepared.plan)
+    reason = "tool_calls" if calls and result.finish is not FinishReason.LIMIT else finish_reason(result)
+    return ChatChoice(
+        index=index,
+        content=content,
+        reasoning=split.reasoning,
+        tool_calls=calls,
+        finish_reason=reason,
+        completion=result,
+        logprobs=_logprob_entries(ctx, prepared, probs_within_text(ctx.engine.vocab, result)),
+    )
+
+
+def run_chat(ctx: ServerContext, prepared: PreparedChat, should_stop: Callable[[], bool]) -> list[ChatChoice]:
+    group = JobGroup(ctx.engine, [prepared.request], prepared.copies)
+    results = group.results(should_stop)
+    return [finish_choice(ctx, prepared, index, result) for index, result in enumerate(results)]
+
+
+@dataclass
+class ChatDelta:
+    index: int
+    reasoning: str = ""
+    content: str = ""
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    logprobs: list[dict[str, Any]] | None = None
+    choice: ChatChoice | None = None
+
+
+class _ToolGate:
+    """While a reply might be a tool call, hold its text back; once it clearly is not, stream it."""
+
+    def __init__(self, plan: ToolPlan | None) -> None:
+        self._markers = call_markers(plan.format) if plan else ()
+        self._state = "streaming" if plan is None else ("buffering" if plan.forced else "undecided")
+        self._held = ""
+
+    @property
+    def buffering(self) -> bool:
+        return self._state == "buffering"
+
+    def feed(self, text: str) -> str:
+        if self._state == "streaming":
+            return text
+        self._held += text
+        if self._state == "buffering":
+            return ""
+        head = self._held.lstrip()
+        if not head:
+            return ""
+        if any(head.startswith(marker) for marker in self._markers):
+            self._state = "buffering"
+            return ""
+        if any(marker.startswith(head) for marker in self._markers):
+            return ""
+        self._state = "streaming"
+        released, self._held = self._held, ""
+        return released
+
+    def release(self) -> str:
+        released, self._held = ("" if self._state == "buffering" else self._held), ""
+        return released
+
+
+def chat_deltas(ctx: ServerContext, prepared: PreparedChat, should_stop: Callable[[], bool]) -> Iterator[ChatDelta]:
+    """Stream a chat: reasoning and content pieces as they come; tool calls once complete."""
+    group = JobGroup(ctx.engine, [prepared.request], prepared.copies)
+    stream = started_stream(group, should_stop)
+    return _deltas(ctx, prepared, stream)
+
+
+def _deltas(ctx: ServerContext, prepared: PreparedChat, stream: Iterator[Any]) -> Iterator[ChatDelta]:
+    splitters: dict[int, ReasoningStream] = {}
+    gates: dict[int, _ToolGate] = {}
+    for item in stream:
+        index, event = item.index, item.event
+        splitter = splitters.setdefault(index, ReasoningStream(prepared.reasoning_format, prepared.opened_thinking))
+        gate = gates.setdefault(index, _ToolGate(prepared.plan))
+        if isinstance(event, TokenChunk):
+            reasoning, content = splitter.feed(event.text)
+            yield ChatDelta(index, reasoning, gate.feed(content),
+                            logprobs=_logprob_entries(ctx, prepared, event.probs))
+            continue
+        reasoning, content = splitter.feed("", final=True)
+        content = gate.feed(content) + gate.release()
+        choice = finish_choice(ctx, prepared, index, event)
+        if gate.buffering:
+            content = choice.content
+        yield ChatDelta(index, reasoning, content, tool_calls=choice.tool_calls, choice=choice)
