@@ -104,6 +104,9 @@ class ApiReply:
     content_type: str | None = None
     headers: Mapping[str, str] = field(default_factory=dict)
     stream: Iterator[SseEvent] | None = None
+    # How an error in the middle of the stream is sent, from its error object; by default
+    # ``data: {"error": {...}}``. (Anthropic streams send ``event: error`` with the bare object.)
+    stream_error: Callable[[dict[str, Any]], SseEvent] | None = None
 
     @classmethod
     def error(cls, exc: BaseException) -> ApiReply:

@@ -11,8 +11,11 @@ from dataclasses import dataclass
 
 from app.api import ApiReply, ApiRequest, Handler, Route, guard
 from app.context import ServerContext
+from app.handlers.anthropic import post_count_tokens, post_messages
 from app.handlers.chat import post_apply_template, post_chat_completions, post_chat_input_tokens
 from app.handlers.completions import post_completion, post_openai_completions
+from app.handlers.infill import post_infill
+from app.handlers.responses import post_responses, post_responses_input_tokens
 from app.handlers.server_info import (
     get_health,
     get_metrics,
@@ -49,6 +52,13 @@ ROUTES: tuple[RouteSpec, ...] = (
     RouteSpec("POST", "/v1/chat/completions", post_chat_completions),
     RouteSpec("POST", "/chat/completions/input_tokens", post_chat_input_tokens),
     RouteSpec("POST", "/v1/chat/completions/input_tokens", post_chat_input_tokens),
+    RouteSpec("POST", "/v1/responses", post_responses),
+    RouteSpec("POST", "/responses", post_responses),
+    RouteSpec("POST", "/responses/input_tokens", post_responses_input_tokens),
+    RouteSpec("POST", "/v1/responses/input_tokens", post_responses_input_tokens),
+    RouteSpec("POST", "/v1/messages", post_messages),
+    RouteSpec("POST", "/v1/messages/count_tokens", post_count_tokens),
+    RouteSpec("POST", "/infill", post_infill),
     RouteSpec("POST", "/tokenize", post_tokenize),
     RouteSpec("POST", "/detokenize", post_detokenize),
     RouteSpec("POST", "/apply-template", post_apply_template),

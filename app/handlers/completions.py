@@ -84,7 +84,7 @@ def post_completion(ctx: ServerContext, request: ApiRequest) -> ApiReply:
     copies = completions_count(ctx, body)
     group = JobGroup(ctx.engine, requests, copies)
     if body.stream:
-        return ApiReply(stream=_native_stream(ctx, group, requests, copies, request))
+        return ApiReply(stream=native_stream(ctx, group, requests, copies, request))
     results = group.results(request.should_stop)
     finals = [
         _project(native_body(ctx, requests[index // copies], result, index, False, body.return_tokens),
@@ -94,7 +94,7 @@ def post_completion(ctx: ServerContext, request: ApiRequest) -> ApiReply:
     return ApiReply(body=finals[0] if len(finals) == 1 else finals)
 
 
-def _native_stream(
+def native_stream(
     ctx: ServerContext, group: JobGroup, requests: list[GenerationRequest], copies: int, request: ApiRequest
 ) -> Iterator[SseEvent]:
     for item in started_stream(group, request.should_stop):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from flask import Response
@@ -27,7 +27,12 @@ def sse_line(event: SseEvent) -> str:
     return f"{head}data: {data}\n\n"
 
 
-def sse_body(events: Iterator[SseEvent]) -> Iterator[str]:
+def default_stream_error(error: dict[str, Any]) -> SseEvent:
+    return SseEvent({"error": error})
+
+
+def sse_body(events: Iterator[SseEvent], on_error: Callable[[dict[str, Any]], SseEvent] | None = None
+             ) -> Iterator[str]:
     """Write events; an error once the stream has started is sent as one error event, then the
     stream ends (headers cannot change any more)."""
     try:
@@ -36,7 +41,7 @@ def sse_body(events: Iterator[SseEvent]) -> Iterator[str]:
     except Exception as exc:
         if not is_expected(exc):
             log.exception("error in the middle of a stream")
-        yield sse_line(SseEvent({"error": error_object(exc)}))
+        yield sse_line((on_error or default_stream_error)(error_object(exc)))
     finally:
         close = getattr(events, "close", None)
         if close is not None:
@@ -45,7 +50,8 @@ def sse_body(events: Iterator[SseEvent]) -> Iterator[str]:
 
 def to_response(reply: ApiReply) -> Response:
     if reply.stream is not None:
-        response = Response(sse_body(reply.stream), status=reply.status, mimetype="text/event-stream")
+        response = Response(sse_body(reply.stream, reply.stream_error), status=reply.status,
+                            mimetype="text/event-stream")
         response.headers["Cache-Control"] = "no-cache"
         response.headers["X-Accel-Buffering"] = "no"
     elif reply.text is not None:

@@ -1,0 +1,239 @@
+"""POST /v1/messages (Anthropic Messages, answered through the chat pipeline) and
+/v1/messages/count_tokens."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from app.api import ApiReply, ApiRequest, SseEvent
+from app.context import ServerContext
+from app.errors import InvalidRequestError
+from app.handlers.chat_pipeline import (
+    ChatBody,
+    ChatChoice,
+    PreparedChat,
+    chat_deltas,
+    chat_prompt_tokens,
+    prepare_chat,
+    run_chat,
+)
+from app.handlers.params import validate_body
+from app.handlers.shapes import random_id
+
+DEFAULT_MAX_TOKENS = 4096
+
+
+class AnthropicMessage(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    role: Literal["user", "assistant"]
+    content: str | list[dict[str, Any]]
+
+
+class MessagesBody(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    model: str | None = None
+    messages: list[AnthropicMessage] = Field(min_length=1)
+    system: str | list[dict[str, Any]] | None = None
+    max_tokens: int = Field(DEFAULT_MAX_TOKENS, ge=1)
+    stop_sequences: list[str] | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    stream: bool = False
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: dict[str, Any] | None = None
+    metadata: dict[str, Any] | None = None
+    chat_template_kwargs: dict[str, Any] | None = None
+
+
+class CountTokensBody(MessagesBody):
+    max_tokens: int = Field(DEFAULT_MAX_TOKENS, ge=1)
+
+
+def _block_text(block: dict[str, Any], where: str) -> str:
+    if block.get("type") != "text":
+        raise InvalidRequestError(f"Field '{where}.type': {block.get('type')!r} is not supported here")
+    return str(block.get("text", ""))
+
+
+def _tool_result_text(content: Any, where: str) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(_block_text(block, f"{where}.{i}") for i, block in enumerate(content))
+    return json.dumps(content)
+
+
+def _convert_message(message: AnthropicMessage, number: int) -> list[dict[str, Any]]:
+    where = f"messages.{number}.content"
+    if isinstance(message.content, str):
+        return [{"role": message.role, "content": message.content}]
+    texts: list[str] = []
+    calls: list[dict[str, Any]] = []
+    results: list[dict[str, Any]] = []
+    for index, block in enumerate(message.content):
+        kind = block.get("type")
+        if kind == "text":
+            texts.append(str(block.get("text", "")))
+        elif kind == "tool_use" and message.role == "assistant":
+            calls.append({"id": block.get("id"), "type": "function", "function": {
+                "name": block.get("name"), "arguments": json.dumps(block.get("input", {}))}})
+        elif kind == "tool_result" and message.role == "user":
+            results.append({"role": "tool", "tool_call_id": block.get("tool_use_id"),
+                            "content": _tool_result_text(block.get("content", ""), f"{where}.{index}.content")})
+        elif kind in ("thinking", "redacted_thinking"):
+            continue
+        else:
+            raise InvalidRequestError(f"Field '{where}.{index}.type': {kind!r} is not supported (text only)")
+    converted: list[dict[str, Any]] = list(results)
+    if texts or calls:
+        item: dict[str, Any] = {"role": message.role, "content": "\n".join(texts) if texts else None}
+        if calls:
+            item["tool_calls"] = calls
+        converted.append(item)
+    return converted
+
+
+def _tool_choice(choice: dict[str, Any] | None) -> Any:
+    if choice is None:
+        return None
+    kind = choice.get("type")
+    if kind == "auto":
+        return "auto"
+    if kind == "any":
+        return "required"
+    if kind == "none":
+        return "none"
+    if kind == "tool":
+        return {"type": "function", "function": {"name": choice.get("name")}}
+    raise InvalidRequestError(f"Field 'tool_choice.type': must be auto, any, tool or none, got {kind!r}")
+
+
+def to_chat(body: MessagesBody) -> ChatBody:
+    messages: list[dict[str, Any]] = []
+    if body.system:
+        system = body.system if isinstance(body.system, str) else "\n".join(
+            _block_text(block, f"system.{i}") for i, block in enumerate(body.system))
+        messages.append({"role": "system", "content": system})
+    for number, message in enumerate(body.messages):
+        messages.extend(_convert_message(message, number))
+    tools = None
+    if body.tools:
+        tools = [{"type": "function", "function": {"name": t.get("name"), "description": t.get("description"),
+                                                   "parameters": t.get("input_schema", {"type": "object"})}}
+                 for t in body.tools]
+    chat = {
+        "messages": messages, "max_tokens": body.max_tokens, "stop": body.stop_sequences,
+        "temperature": body.temperature, "top_p": body.top_p, "top_k": body.top_k, "tools": tools,
+        "tool_choice": _tool_choice(body.tool_choice), "chat_template_kwargs": body.chat_template_kwargs,
+    }
+    return validate_body(ChatBody, chat)
+
+
+def _stop_reason(choice: ChatChoice) -> str:
+    if choice.tool_calls:
+        return "tool_use"
+    if choice.finish_reason == "length":
+        return "max_tokens"
+    return "stop_sequence" if choice.stop_word else "end_turn"
+
+
+def _usage(choice: ChatChoice, prepared: PreparedChat) -> dict[str, Any]:
+    cached = choice.completion.timings.cache_n
+    return {"cache_read_input_tokens": cached, "input_tokens": prepared.n_prompt - cached,
+            "output_tokens": choice.completion.timings.predicted_n}
+
+
+def _tool_use(call: Any) -> dict[str, Any]:
+    try:
+        arguments = json.loads(call.arguments)
+    except json.JSONDecodeError:
+        arguments = {"arguments": call.arguments}
+    return {"type": "tool_use", "id": call.id, "name": call.name, "input": arguments}
+
+
+def post_messages(ctx: ServerContext, request: ApiRequest) -> ApiReply:
+    body = validate_body(MessagesBody, request.json_object())
+    prepared = prepare_chat(ctx, to_chat(body))
+    message_id = random_id("msg_")
+    if body.stream:
+        return ApiReply(stream=_stream(ctx, prepared, request, message_id), stream_error=_stream_error)
+    choice = run_chat(ctx, prepared, request.should_stop)[0]
+    content: list[dict[str, Any]] = []
+    if choice.reasoning:
+        content.append({"type": "thinking", "thinking": choice.reasoning, "signature": ""})
+    if choice.content or not choice.tool_calls:
+        content.append({"type": "text", "text": choice.content})
+    content.extend(_tool_use(call) for call in choice.tool_calls)
+    return ApiReply(body={
+        "id": message_id, "type": "message", "role": "assistant", "model": ctx.model_name, "content": content,
+        "stop_reason": _stop_reason(choice), "stop_sequence": choice.stop_word, "usage": _usage(choice, prepared),
+    })
+
+
+def post_count_tokens(ctx: ServerContext, request: ApiRequest) -> ApiReply:
+    body = validate_body(CountTokensBody, request.json_object())
+    _, tokens, _ = chat_prompt_tokens(ctx, to_chat(body))
+    return ApiReply(body={"input_tokens": len(tokens)})
+
+
+def _stream_error(error: dict[str, Any]) -> SseEvent:
+    return SseEvent(error, event="error")
+
+
+def _stream(ctx: ServerContext, prepared: PreparedChat, request: ApiRequest, message_id: str) -> Iterator[SseEvent]:
+    deltas = chat_deltas(ctx, prepared, request.should_stop)
+
+    def event(kind: str, **data: Any) -> SseEvent:
+        return SseEvent({"type": kind, **data}, event=kind)
+
+    start_usage = {"cache_read_input_tokens": 0, "input_tokens": prepared.n_prompt, "output_tokens": 0}
+    yield event("message_start", message={
+        "id": message_id, "type": "message", "role": "assistant", "content": [], "model": ctx.model_name,
+        "stop_reason": None, "stop_sequence": None, "usage": start_usage})
+    block = -1
+    open_kind: str | None = None
+    final: ChatChoice | None = None
+
+    def close() -> Iterator[SseEvent]:
+        nonlocal open_kind
+        if open_kind == "thinking":
+            yield event("content_block_delta", index=block, delta={"type": "signature_delta", "signature": ""})
+        if open_kind is not None:
+            yield event("content_block_stop", index=block)
+        open_kind = None
+
+    def open_block(kind: str, start: dict[str, Any]) -> Iterator[SseEvent]:
+        nonlocal block, open_kind
+        yield from close()
+        block += 1
+        open_kind = kind
+        yield event("content_block_start", index=block, content_block=start)
+
+    for delta in deltas:
+        if delta.reasoning:
+            if open_kind != "thinking":
+                yield from open_block("thinking", {"type": "thinking", "thinking": "", "signature": ""})
+            yield event("content_block_delta", index=block, delta={"type": "thinking_delta",
+                                                                   "thinking": delta.reasoning})
+        if delta.content:
+            if open_kind != "text":
+                yield from open_block("text", {"type": "text", "text": ""})
+            yield event("content_block_delta", index=block, delta={"type": "text_delta", "text": delta.content})
+        if delta.choice is not None:
+            final = delta.choice
+    assert final is not None
+    if block == -1 and not final.tool_calls:
+        yield from open_block("text", {"type": "text", "text": ""})
+    for call in final.tool_calls:
+        yield from open_block("tool_use", {"type": "tool_use", "id": call.id, "name": call.name, "input": {}})
+        yield event("content_block_delta", index=block, delta={"type": "input_json_delta",
+                                                               "partial_json": call.arguments})
+    yield from close()
+    yield event("message_delta", delta={"stop_reason": _stop_reason(final), "stop_sequence": final.stop_word},
+                usage={"output_tokens": final.completion.timings.predicted_n})
+    yield event("message_stop")
