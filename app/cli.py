@@ -18,6 +18,7 @@ from app.model_files import ModelFileError, resolve_model_path
 from app.routes import ROUTES
 from app.settings import Settings, SettingsError, parse_settings
 from gcp import VertexEnvironment, VertexEnvironmentError, read_vertex_environment
+from gcp.storage import is_gcs_uri
 
 log = logging.getLogger("app")
 
@@ -66,8 +67,11 @@ def prepare(argv: Sequence[str], environ: Mapping[str, str]) -> tuple[Settings, 
     except VertexEnvironmentError as exc:
         log.error("%s", exc)
         sys.exit(1)
+    source = settings.model or (vertex.storage_uri if vertex is not None else None)
+    if is_gcs_uri(source):
+        return settings, str(source), vertex, listen_port(settings, vertex)  # downloaded by the worker
     try:
-        model_path = str(resolve_model_path(settings.model))
+        model_path = str(resolve_model_path(source))
     except ModelFileError as exc:
         log.error("%s", exc)
         sys.exit(1)

@@ -31,9 +31,22 @@ def embedded_model_path() -> Path:
     raise ModelFileError(f"the package {EMBEDDED_DISTRIBUTION!r} holds no .gguf file")
 
 
+def _single_gguf(directory: Path) -> Path:
+    models = sorted(p for p in directory.glob("*.gguf") if "mmproj" not in p.name and "-of-" not in p.name)
+    firsts = sorted(directory.glob("*-00001-of-*.gguf"))
+    candidates = models + firsts
+    if len(candidates) != 1:
+        found = ", ".join(p.name for p in candidates) or "none"
+        raise ModelFileError(f"{directory} must hold exactly one .gguf model (found: {found})")
+    return candidates[0]
+
+
 def resolve_model_path(model: str | None) -> Path:
-    """The local GGUF file to load; raises ``ModelFileError`` naming the problem."""
+    """The local GGUF file to load (a directory must hold exactly one model); raises
+    ``ModelFileError`` naming the problem."""
     path = Path(model) if model else embedded_model_path()
+    if path.is_dir():
+        path = _single_gguf(path)
     if not path.is_file():
         raise ModelFileError(f"model file not found: {path}")
     with path.open("rb") as handle:

@@ -116,6 +116,15 @@ OPTIONS: tuple[Option, ...] = (
     Option("cache_prompt", ("--cache-prompt",), "bool", True,
            "reuse each slot's KV prefix across requests (the per-request default)",
            env="LLAMA_ARG_CACHE_PROMPT", negative_flags=("--no-cache-prompt",)),
+    Option("predict_default_route", ("--predict-default-route",), "str", "/v1/chat/completions",
+           "on Vertex AI, the route that answers a predict body that is not an instances envelope "
+           "(:rawPredict, :streamRawPredict)", env="LLAMA_ARG_PREDICT_DEFAULT_ROUTE", metavar="PATH"),
+    Option("max_body_bytes", ("--max-body-bytes",), "int", 10 * 1024 * 1024,
+           "largest request body accepted (413 above it); the default matches a dedicated Vertex AI endpoint",
+           env="LLAMA_ARG_MAX_BODY_BYTES", minimum=1),
+    Option("model_cache_dir", ("--model-cache-dir",), "str", None,
+           "where models from gs:// are downloaded (default: ~/.cache/vertex-llama/models)",
+           env="LLAMA_ARG_MODEL_CACHE_DIR", metavar="DIR"),
     Option("verbose", ("-v", "--verbose"), "bool", False, "verbose logging (llama.cpp logs too)",
            env="LLAMA_ARG_VERBOSE"),
 )
@@ -159,6 +168,9 @@ class Settings:
     api_prefix: str = ""
     cont_batching: bool = True
     cache_prompt: bool = True
+    predict_default_route: str = "/v1/chat/completions"
+    max_body_bytes: int = 10 * 1024 * 1024
+    model_cache_dir: str | None = None
     verbose: bool = False
 
     @property

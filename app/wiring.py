@@ -7,6 +7,7 @@ import os
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 
 from flask import Flask
 
@@ -17,6 +18,7 @@ from app.http import create_app
 from app.routes import bind_routes
 from app.settings import Settings
 from gcp import VertexEnvironment, vertex_routes
+from gcp.storage import fetch_model, is_gcs_uri
 
 log = logging.getLogger(__name__)
 
@@ -61,17 +63,26 @@ def build_application(
     vertex: VertexEnvironment | None,
     on_load_failure: Callable[[BaseException], None] = exit_on_load_failure,
 ) -> Application:
-    config = backend_config(settings, model_path)
+    def load_backend() -> LlamaBackend:
+        """Runs on the engine thread while the server already answers 503: fetch, then load."""
+        local = model_path
+        if is_gcs_uri(model_path):
+            cache = Path(settings.model_cache_dir) if settings.model_cache_dir else None
+            local = str(fetch_model(model_path, cache))
+            context.model_path = local
+        return LlamaBackend(backend_config(settings, local))
+
     engine = Engine(
-        lambda: LlamaBackend(config),
+        load_backend,
         EngineOptions(cont_batching=settings.cont_batching, n_predict_cap=settings.n_predict),
     )
     context = ServerContext(settings, engine, model_path, api_keys=settings.all_api_keys())
     routes = bind_routes(context)
     if vertex is not None:
         pool = ThreadPoolExecutor(max_workers=PREDICT_WORKERS, thread_name_prefix="predict")
-        routes = vertex_routes(routes, vertex, pool)
-    flask = create_app(routes, lambda: engine.is_ready, context.api_keys, settings.route_prefix, context)
+        routes = vertex_routes(routes, vertex, pool, settings.predict_default_route)
+    flask = create_app(routes, lambda: engine.is_ready, context.api_keys, settings.route_prefix, context,
+                       max_body_bytes=settings.max_body_bytes)
     engine.on_load_failure = on_load_failure
     engine.on_ready = lambda: context.chat_template.check()
     engine.start()

@@ -1,8 +1,16 @@
-"""The Vertex AI predict route: ``{"instances": [...]}`` in, ``{"predictions": [...]}`` out.
+"""The Vertex AI predict route, for every way Vertex clients call a container.
 
-Each instance names a route of the table by ``@requestFormat`` and is run concurrently on a thread
-pool, so all instances reach the engine together and are decoded in the same batches. An
-instance's failure becomes its own prediction (its error body); the envelope's failures are a 400.
+- ``:predict``: ``{"instances": [...], "parameters": {...}}`` in, ``{"predictions": [...]}`` out.
+  Each instance names a route of the table by ``@requestFormat`` (or is routed by its shape:
+  ``messages`` -> chat completions, ``prompt`` -> OpenAI completions) and runs concurrently on a
+  thread pool, so all instances reach the engine together and are decoded in the same batches.
+  ``parameters`` is merged into every instance (the instance's own keys win), and integral floats
+  become integers (Vertex carries JSON through protobuf ``Value``, whose only number is a double).
+  An instance's failure becomes its own prediction (its error body); envelope failures are a 400.
+- ``:rawPredict``: any other JSON object goes to the default route (``--predict-default-route``)
+  and is answered exactly as that route answers.
+- ``:streamRawPredict``: a raw body with ``stream: true``, or an envelope of exactly one instance
+  with ``stream: true``, is answered with that route's server-sent event stream.
 """
 
 from __future__ import annotations
@@ -19,42 +27,89 @@ from gcp.environment import VertexEnvironment
 log = logging.getLogger(__name__)
 
 MAX_INSTANCES = 128
+SHAPE_ROUTES = (("messages", "/v1/chat/completions"), ("prompt", "/v1/completions"))
 
 
 def _instance_error(message: str) -> Any:
     return ApiReply.error(InvalidRequestError(message)).body
 
 
+def integral_floats_to_ints(value: Any) -> Any:
+    """``16.0`` -> ``16`` all through a JSON value (a float field still accepts the integer)."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, list):
+        return [integral_floats_to_ints(item) for item in value]
+    if isinstance(value, dict):
+        return {key: integral_floats_to_ints(item) for key, item in value.items()}
+    return value
+
+
 class PredictRoute:
-    def __init__(self, routes: Sequence[Route], pool: ThreadPoolExecutor) -> None:
+    def __init__(self, routes: Sequence[Route], pool: ThreadPoolExecutor, default_route: str) -> None:
         self.aliases = AliasTable(routes)
         self._pool = pool
+        default = self.aliases.resolve(default_route)
+        if default is None:
+            raise ValueError(f"--predict-default-route {default_route!r} is not a route of this server")
+        self.default = default
 
     def __call__(self, request: ApiRequest) -> ApiReply:
         body = request.json()
         if not isinstance(body, dict):
             raise InvalidRequestError("request body must be a JSON object")
-        instances = body.get("instances")
+        if "instances" not in body:
+            return self.default.handler(request.with_json(body, path=self.default.path))
+        instances = body["instances"]
         if not isinstance(instances, list):
             raise InvalidRequestError("request body must include an array field named instances")
         if len(instances) > MAX_INSTANCES:
             raise InvalidRequestError(f"instances array exceeds maximum size of {MAX_INSTANCES}")
-        futures = [self._pool.submit(self._predict_one, request, instance) for instance in instances]
+        parameters = body.get("parameters") or {}
+        if not isinstance(parameters, dict):
+            raise InvalidRequestError("parameters must be a JSON object")
+        streaming = [isinstance(i, dict) and bool({**parameters, **i}.get("stream")) for i in instances]
+        if any(streaming):
+            if len(instances) != 1:
+                raise InvalidRequestError("streaming takes exactly one instance; "
+                                          f"this request has {len(instances)} with stream: true")
+            return self._stream_one(request, {**parameters, **instances[0]})
+        futures = [self._pool.submit(self._predict_one, request, instance, parameters) for instance in instances]
         return ApiReply(body={"predictions": [future.result() for future in futures]})
 
-    def _predict_one(self, request: ApiRequest, instance: Any) -> Any:
-        if not isinstance(instance, dict):
-            return _instance_error("each instance must be a JSON object")
+    def _resolve(self, instance: dict[str, Any]) -> tuple[Route | None, str | None]:
         request_format = instance.get("@requestFormat")
+        if request_format is None:
+            for key, path in SHAPE_ROUTES:
+                if key in instance:
+                    return self.aliases.resolve(path), None
+            return None, "each instance must include a string @requestFormat"
         if not isinstance(request_format, str):
-            return _instance_error("each instance must include a string @requestFormat")
+            return None, "each instance must include a string @requestFormat"
         route = self.aliases.resolve(request_format)
         if route is None:
-            return _instance_error(f"no handler registered for @requestFormat: {request_format}")
+            return None, f"no handler registered for @requestFormat: {request_format}"
+        return route, None
+
+    def _payload(self, instance: dict[str, Any]) -> dict[str, Any]:
         payload = {key: value for key, value in instance.items() if key != "@requestFormat"}
+        return integral_floats_to_ints(payload)  # type: ignore[no-any-return]
+
+    def _stream_one(self, request: ApiRequest, instance: dict[str, Any]) -> ApiReply:
+        route, problem = self._resolve(instance)
+        if route is None:
+            raise InvalidRequestError(problem or "no route")
+        return route.handler(request.with_json(self._payload(instance), path=route.path))
+
+    def _predict_one(self, request: ApiRequest, instance: Any, parameters: dict[str, Any]) -> Any:
+        if not isinstance(instance, dict):
+            return _instance_error("each instance must be a JSON object")
+        instance = {**parameters, **instance}
+        route, problem = self._resolve(instance)
+        if route is None:
+            return _instance_error(problem or "no route")
+        payload = self._payload(instance)
         if "stream" in payload:
-            if payload["stream"]:
-                log.warning("predict: stream forced to false for @requestFormat %s", request_format)
             payload["stream"] = False
         reply = route.handler(request.with_json(payload, path=route.path))
         if reply.stream is not None:
@@ -68,12 +123,15 @@ class PredictRoute:
 
 
 def vertex_routes(
-    routes: Sequence[Route], environment: VertexEnvironment, pool: ThreadPoolExecutor
+    routes: Sequence[Route],
+    environment: VertexEnvironment,
+    pool: ThreadPoolExecutor,
+    default_route: str = "/v1/chat/completions",
 ) -> tuple[Route, ...]:
     """The table plus Vertex's routes: the predict route and, if ``AIP_HEALTH_ROUTE`` is set, a
     health alias. Both are built after the alias table, so neither is an alias target."""
     environment.check_routes(route.path for route in routes)
-    predict = PredictRoute(routes, pool)
+    predict = PredictRoute(routes, pool, default_route)
     for collision in predict.aliases.collisions:
         log.info("alias collision: %s", collision.describe())
     for route in predict.aliases.shadowed:

@@ -53,8 +53,10 @@ def create_app(
     api_keys: Sequence[str] = (),
     prefix: str = "",
     state: Any = None,
+    max_body_bytes: int | None = None,
 ) -> Flask:
     app = Flask("vertex_llama")
+    app.config["MAX_CONTENT_LENGTH"] = max_body_bytes
     app.extensions[EXTENSION] = state
     public = {prefix + route.path for route in routes if route.public}
     install_middleware(app, is_ready, api_keys, public)

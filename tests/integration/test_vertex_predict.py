@@ -27,7 +27,7 @@ def test_a_mix_of_good_and_bad_instances(vertex_server: Server) -> None:
         {"@requestFormat": "noSuchThing"},
         "not an object",
         {"@requestFormat": "chatCompletions", "messages": "wrong"},
-        {**CHAT, "stream": True},
+        {**CHAT, "stream": False},
     ]})
     assert response.status_code == 200
     p = response.json()["predictions"]
@@ -42,7 +42,7 @@ def test_a_mix_of_good_and_bad_instances(vertex_server: Server) -> None:
                              "type": "invalid_request_error"}
     assert p[7]["error"]["message"] == "each instance must be a JSON object"
     assert p[8]["error"]["code"] == 400 and "messages" in p[8]["error"]["message"]
-    assert p[9]["object"] == "chat.completion"  # stream forced off
+    assert p[9]["object"] == "chat.completion"
     assert p[9]["choices"][0]["message"]["content"] == p[0]["choices"][0]["message"]["content"]
 
 
@@ -59,6 +59,7 @@ def test_envelope_errors(vertex_server: Server) -> None:
         (b"{nope", "not valid JSON"),
         (b"[]", "request body must be a JSON object"),
         (b'{"instances": 5}', "request body must include an array field named instances"),
+        (b'{"instances": [], "parameters": 3}', "parameters must be a JSON object"),
     ]
     for data, message in cases:
         response = requests.post(vertex_server.url("/predict"), data=data, timeout=10,
@@ -81,3 +82,98 @@ def test_eight_chat_instances(vertex_server: Server) -> None:
         solo = requests.post(vertex_server.url("/v1/chat/completions"),
                              json={k: v for k, v in instance.items() if k != "@requestFormat"}, timeout=60).json()
         assert solo["choices"][0]["message"]["content"] == predictions[index]["choices"][0]["message"]["content"]
+
+
+def sse_data(response: requests.Response) -> list[Any]:
+    return [line[len("data: "):] for line in response.iter_lines(decode_unicode=True) if line.startswith("data: ")]
+
+
+def test_parameters_are_merged_and_integral_floats_become_integers(vertex_server: Server) -> None:
+    body = {"instances": [
+        {"@requestFormat": "completion", "prompt": "Once upon a time"},
+        {"@requestFormat": "completion", "prompt": "Once upon a time", "n_predict": 2.0},
+        {"@requestFormat": "detokenize", "tokens": [19556.0, 905.0]},
+    ], "parameters": {"n_predict": 5.0, "temperature": 0.0}}
+    p = predict(vertex_server, body).json()["predictions"]
+    assert p[0]["tokens_predicted"] == 5 and p[0]["generation_settings"]["temperature"] == 0
+    assert p[1]["tokens_predicted"] == 2  # the instance's own key wins
+    assert p[2]["content"] == requests.post(vertex_server.url("/detokenize"), json={"tokens": [19556, 905]},
+                                            timeout=10).json()["content"]
+
+
+def test_instances_without_a_format_are_routed_by_shape(vertex_server: Server) -> None:
+    p = predict(vertex_server, {"instances": [
+        {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 3},
+        {"prompt": "Hello", "max_tokens": 3},
+        {"text": "neither"},
+    ]}).json()["predictions"]
+    assert p[0]["object"] == "chat.completion"
+    assert p[1]["object"] == "text_completion"
+    assert p[2]["error"]["message"] == "each instance must include a string @requestFormat"
+
+
+def test_raw_predict_answers_like_the_default_route(vertex_server: Server) -> None:
+    body = {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4, "temperature": 0}
+    raw = requests.post(vertex_server.url("/predict"), json=body, timeout=60)
+    direct = requests.post(vertex_server.url("/v1/chat/completions"), json=body, timeout=60)
+    assert raw.status_code == 200 and "predictions" not in raw.json()
+    assert raw.json()["choices"][0]["message"] == direct.json()["choices"][0]["message"]
+    bad = requests.post(vertex_server.url("/predict"), json={"messages": "nope"}, timeout=60)
+    assert bad.status_code == 400 and "messages" in bad.json()["error"]["message"]
+
+
+def test_stream_raw_predict(vertex_server: Server) -> None:
+    body = {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 6, "temperature": 0, "stream": True}
+    with requests.post(vertex_server.url("/predict"), json=body, stream=True, timeout=60) as response:
+        assert response.headers["Content-Type"].startswith("text/event-stream")
+        assert response.headers["X-Accel-Buffering"] == "no"
+        assert "Content-Encoding" not in response.headers
+        data = sse_data(response)
+    assert data[-1] == "[DONE]" and '"chat.completion.chunk"' in data[0]
+    single = {"instances": [{**CHAT, "stream": True}]}
+    with requests.post(vertex_server.url("/predict"), json=single, stream=True, timeout=60) as response:
+        assert response.headers["Content-Type"].startswith("text/event-stream")
+        assert sse_data(response)[-1] == "[DONE]"
+    several = predict(vertex_server, {"instances": [CHAT, CHAT], "parameters": {"stream": True}})
+    assert several.status_code == 400
+    assert "streaming takes exactly one instance" in several.json()["error"]["message"]
+
+
+def test_a_request_built_as_vertex_forwards_it_parses_back_as_a_predict_response(vertex_server: Server) -> None:
+    from google.cloud import aiplatform_v1
+    from google.protobuf import json_format, struct_pb2
+
+    request = aiplatform_v1.PredictRequest(endpoint="projects/p/locations/us-central1/endpoints/1")
+    for instance in (
+        {"@requestFormat": "chatCompletions", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4},
+        {"@requestFormat": "tokenize", "content": "hello", "with_pieces": True},
+        {"@requestFormat": "metrics"},
+    ):
+        value = struct_pb2.Value()
+        json_format.ParseDict(instance, value)
+        request.instances.append(value)
+    parameters = struct_pb2.Value()
+    json_format.ParseDict({"temperature": 0}, parameters)
+    request.parameters = parameters
+    wire = json_format.MessageToDict(aiplatform_v1.PredictRequest.pb(request))
+    assert wire["instances"][0]["max_tokens"] == 4.0  # protobuf Value numbers are doubles
+    del wire["endpoint"]
+    response = requests.post(vertex_server.url("/predict"), json=wire, timeout=60)
+    assert response.status_code == 200
+    parsed = aiplatform_v1.PredictResponse.pb(aiplatform_v1.PredictResponse.from_json(response.text))
+    assert len(parsed.predictions) == 3
+    chat = json_format.MessageToDict(parsed.predictions[0])
+    assert chat["choices"][0]["message"]["role"] == "assistant"
+    assert chat["usage"]["completion_tokens"] <= 4
+    pieces = json_format.MessageToDict(parsed.predictions[1])["tokens"]
+    assert pieces[0]["piece"] == "hello"
+    assert parsed.predictions[2].string_value.startswith("# HELP llamacpp:")
+
+
+def test_an_oversized_body_is_413(vertex_server: Server) -> None:
+    big = b'{"instances": [{"@requestFormat": "tokenize", "content": "' + b"x" * (10 * 1024 * 1024) + b'"}]}'
+    response = requests.post(vertex_server.url("/predict"), data=big, timeout=60,
+                             headers={"Content-Type": "application/json"})
+    assert response.status_code == 413
+    assert response.json()["error"]["code"] == 413
+    assert requests.get(vertex_server.url("/health"), timeout=10).status_code == 200

@@ -101,6 +101,8 @@ def pool() -> ThreadPoolExecutor:
 
 def predict_route(routes: list[Route], pool: ThreadPoolExecutor, health: str | None = None) -> Route:
     env = VertexEnvironment(port=8080, predict_route="/predict", health_route=health, storage_uri=None)
+    if not any(route.path == "/v1/chat/completions" for route in routes):
+        routes = [*routes, fake_route("POST", "/v1/chat/completions", "chat")]
     table = vertex_routes(routes, env, pool)
     return next(route for route in table if route.path == "/predict")
 
@@ -122,7 +124,7 @@ def test_predict_answers_each_instance_in_order(pool: ThreadPoolExecutor) -> Non
     ]
     routes[2] = Route("GET", "/metrics", "metrics", lambda r: ApiReply(text="llamacpp:x 1\n"))
     reply = call(predict_route(routes, pool), {"instances": [
-        {"@requestFormat": "tokenize", "content": "a", "stream": True},
+        {"@requestFormat": "tokenize", "content": "a", "stream": False, "n": 2.0, "t": 0.5},
         {"@requestFormat": "detokenize"},
         {"@requestFormat": "/tokenize", "content": "b"},
         {"@requestFormat": "metrics"},
@@ -130,12 +132,14 @@ def test_predict_answers_each_instance_in_order(pool: ThreadPoolExecutor) -> Non
         {"content": "no format"},
         {"@requestFormat": 7},
         "not an object",
-    ], "parameters": {"ignored": True}})
+    ], "parameters": {"shared": 1, "content": "from parameters"}})
     assert reply.status == 200
     predictions = reply.body["predictions"]
-    assert predictions[0] == {"handled_by": "tokenize", "body": {"content": "a", "stream": False}}
+    assert predictions[0] == {"handled_by": "tokenize",
+                              "body": {"shared": 1, "content": "a", "stream": False, "n": 2, "t": 0.5}}
+    assert isinstance(predictions[0]["body"]["n"], int)
     assert predictions[1] == {"error": {"code": 400, "message": "Field 'x': bad", "type": "invalid_request_error"}}
-    assert predictions[2]["body"] == {"content": "b"}
+    assert predictions[2]["body"] == {"shared": 1, "content": "b"}
     assert predictions[3] == "llamacpp:x 1\n"
     assert predictions[4]["error"]["message"] == "no handler registered for @requestFormat: nope"
     assert predictions[5]["error"]["message"] == "each instance must include a string @requestFormat"
@@ -149,7 +153,6 @@ def test_predict_answers_each_instance_in_order(pool: ThreadPoolExecutor) -> Non
         (b"{not json", "not valid JSON"),
         (b"[1, 2]", "request body must be a JSON object"),
         (b'{"instances": {}}', "request body must include an array field named instances"),
-        (b"{}", "request body must include an array field named instances"),
     ],
 )
 def test_envelope_errors_are_400(pool: ThreadPoolExecutor, body: bytes, message: str) -> None:
@@ -179,7 +182,7 @@ def test_instances_run_concurrently(pool: ThreadPoolExecutor) -> None:
     assert reply.body["predictions"] == [{"met": True}] * 6
 
 
-def test_a_streaming_reply_is_refused_inside_predict(pool: ThreadPoolExecutor) -> None:
+def test_a_streaming_reply_is_refused_inside_a_non_streaming_predict(pool: ThreadPoolExecutor) -> None:
     def streams(request: ApiRequest) -> ApiReply:
         return ApiReply(stream=iter([SseEvent({"x": 1})]))
 
@@ -188,9 +191,38 @@ def test_a_streaming_reply_is_refused_inside_predict(pool: ThreadPoolExecutor) -
     assert "does not support streaming" in reply.body["predictions"][0]["error"]["message"]
 
 
+def test_one_streaming_instance_is_answered_with_the_stream(pool: ThreadPoolExecutor) -> None:
+    def streams(request: ApiRequest) -> ApiReply:
+        assert request.json()["stream"] is True
+        return ApiReply(stream=iter([SseEvent({"x": 1})]))
+
+    route = predict_route([Route("POST", "/completion", "completion", guard(streams))], pool)
+    reply = call(route, {"instances": [{"@requestFormat": "completion", "stream": True}]})
+    assert reply.stream is not None and [event.data for event in reply.stream] == [{"x": 1}]
+    many = call(route, {"instances": [{"@requestFormat": "completion"}] * 2, "parameters": {"stream": True}})
+    assert many.status == 400 and "exactly one instance" in many.body["error"]["message"]
+
+
+def test_a_raw_body_goes_to_the_default_route(pool: ThreadPoolExecutor) -> None:
+    route = predict_route([fake_route("POST", "/tokenize", "tokenize")], pool)
+    reply = call(route, {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 16.0})
+    assert reply.body == {"handled_by": "chat", "body": {"messages": [{"role": "user", "content": "hi"}],
+                                                         "max_tokens": 16.0}}
+
+
+def test_instances_without_a_format_are_routed_by_shape(pool: ThreadPoolExecutor) -> None:
+    routes = [fake_route("POST", "/v1/completions", "completions")]
+    route = predict_route(routes, pool)
+    reply = call(route, {"instances": [{"prompt": "x"}, {"messages": []}, {"input": "y"}]})
+    chat, text, other = reply.body["predictions"][1], reply.body["predictions"][0], reply.body["predictions"][2]
+    assert text["handled_by"] == "completions" and chat["handled_by"] == "chat"
+    assert other["error"]["message"] == "each instance must include a string @requestFormat"
+
+
 def test_the_health_route_alias(pool: ThreadPoolExecutor) -> None:
     env = VertexEnvironment(port=8080, predict_route="/predict", health_route="/ping", storage_uri=None)
-    routes = vertex_routes([fake_route("GET", "/health", "get_health", {"status": "ok"})], env, pool)
+    routes = vertex_routes([fake_route("GET", "/health", "get_health", {"status": "ok"}),
+                            fake_route("POST", "/v1/chat/completions", "chat")], env, pool)
     ping = next(route for route in routes if route.path == "/ping")
     assert ping.method == "GET" and ping.public
     assert ping.handler(ApiRequest("GET", "/ping")).body == {"status": "ok"}

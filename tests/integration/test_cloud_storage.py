@@ -1,0 +1,142 @@
+"""Models from Cloud Storage, against gcp-storage-emulator on 127.0.0.1 through the real
+google-cloud-storage client: gs:// files, directories, split GGUFs, AIP_STORAGE_URI, the cache."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import gguf
+import pytest
+import requests
+from gguf.scripts.gguf_new_metadata import copy_with_new_metadata, get_field_data
+
+from app.model_files import embedded_model_path
+from tests.integration.conftest import Server, free_port, launch, start
+
+
+@pytest.fixture(scope="module")
+def emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    port = free_port()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "gcp_storage_emulator", "start", "--host", "127.0.0.1", "--port", str(port),
+         "--in-memory"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    host = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            requests.get(host + "/storage/v1/b", timeout=2)
+            break
+        except requests.ConnectionError:
+            time.sleep(0.1)
+    os.environ["STORAGE_EMULATOR_HOST"] = host
+    from google.cloud import storage
+
+    client = storage.Client()
+    bucket = client.create_bucket("models")
+    model = embedded_model_path()
+    bucket.blob("smol/model.gguf").upload_from_filename(str(model))
+    split_dir = tmp_path_factory.mktemp("split")
+    reader = gguf.GGUFReader(str(model))
+    writer = gguf.GGUFWriter(str(split_dir / "smol.gguf"), arch=get_field_data(reader, gguf.Keys.General.ARCHITECTURE),
+                             split_max_tensors=150)
+    copy_with_new_metadata(reader, writer, {}, [])
+    parts = sorted(split_dir.glob("smol-*-of-*.gguf"))
+    assert len(parts) == 2
+    for part in parts:
+        bucket.blob(f"split/{part.name}").upload_from_filename(str(part))
+    bucket.blob("ambiguous/a.gguf").upload_from_string(b"GGUF")
+    bucket.blob("ambiguous/b.gguf").upload_from_string(b"GGUF")
+    bucket.blob("empty/readme.txt").upload_from_string(b"no model here")
+    yield host
+    del os.environ["STORAGE_EMULATOR_HOST"]
+    process.terminate()
+    process.wait(10)
+
+
+def serve(tmp_path: Path, emulator: str, args: list[str], env: dict[str, str] | None = None) -> Server:
+    return start(tmp_path, [*args, "--model-cache-dir", str(tmp_path / "cache"), "-np", "2", "-c", "2048"],
+                 {"STORAGE_EMULATOR_HOST": emulator, **(env or {})})
+
+
+def chat(server: Server) -> str:
+    reply = requests.post(server.url("/v1/chat/completions"), timeout=60, json={
+        "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4, "temperature": 0})
+    assert reply.status_code == 200, reply.text
+    return str(reply.json()["choices"][0]["message"]["content"])
+
+
+def test_a_gguf_object(tmp_path: Path, emulator: str) -> None:
+    server = serve(tmp_path, emulator, ["--model", "gs://models/smol/model.gguf"])
+    try:
+        assert set(server.startup_statuses[:-1]) <= {503}
+        props = requests.get(server.url("/props"), timeout=10).json()
+        cached = tmp_path / "cache" / "models" / "smol" / "model.gguf"
+        assert props["model_path"] == str(cached)
+        assert cached.stat().st_size == embedded_model_path().stat().st_size
+        assert chat(server)
+        assert "downloading gs://models/smol/model.gguf" in server.log()
+    finally:
+        assert server.stop() == 0
+    again = serve(tmp_path, emulator, ["--model", "gs://models/smol/model.gguf"])
+    try:
+        assert "using the cached copy of gs://models/smol/model.gguf" in again.log()
+    finally:
+        again.stop()
+
+
+def test_a_damaged_cache_is_downloaded_again(tmp_path: Path, emulator: str) -> None:
+    cached = tmp_path / "cache" / "models" / "smol" / "model.gguf"
+    cached.parent.mkdir(parents=True)
+    cached.write_bytes(b"\0" * embedded_model_path().stat().st_size)
+    server = serve(tmp_path, emulator, ["--model", "gs://models/smol/"])
+    try:
+        assert "downloading gs://models/smol/model.gguf" in server.log()
+        assert cached.read_bytes()[:4] == b"GGUF"
+        assert chat(server)
+    finally:
+        server.stop()
+
+
+def test_a_split_gguf_directory(tmp_path: Path, emulator: str) -> None:
+    server = serve(tmp_path, emulator, ["--model", "gs://models/split/"])
+    try:
+        props = requests.get(server.url("/props"), timeout=10).json()
+        assert props["model_path"].endswith("split/smol-00001-of-00002.gguf")
+        assert (tmp_path / "cache" / "models" / "split" / "smol-00002-of-00002.gguf").is_file()
+        assert chat(server)
+    finally:
+        server.stop()
+
+
+def test_aip_storage_uri(tmp_path: Path, emulator: str) -> None:
+    server = serve(tmp_path, emulator, [], {"AIP_MODE": "PREDICTION", "AIP_STORAGE_URI": "gs://models/smol"})
+    try:
+        predictions = requests.post(server.url("/predict"), timeout=60, json={"instances": [
+            {"@requestFormat": "tokenize", "content": "hello"}]}).json()["predictions"]
+        assert predictions[0]["tokens"]
+        assert requests.get(server.url("/props"), timeout=10).json()["model_path"].endswith("smol/model.gguf")
+    finally:
+        server.stop()
+
+
+@pytest.mark.parametrize(
+    ("uri", "message"),
+    [
+        ("gs://no-such-bucket/model.gguf", "the bucket 'no-such-bucket' does not exist"),
+        ("gs://models/missing.gguf", "gs://models/missing.gguf: no such object"),
+        ("gs://models/empty/", "gs://models/empty/: no .gguf file in this directory"),
+        ("gs://models/ambiguous/", "several .gguf models"),
+    ],
+)
+def test_bad_uris_stop_start_up_naming_the_uri(tmp_path: Path, emulator: str, uri: str, message: str) -> None:
+    server = launch(tmp_path, ["--model", uri, "--model-cache-dir", str(tmp_path / "cache")],
+                    {"STORAGE_EMULATOR_HOST": emulator})
+    code = server.process.wait(120)
+    assert code != 0
+    assert message in server.log()
