@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 from typing import Any
 
 from gunicorn.app.base import BaseApplication
@@ -27,10 +28,24 @@ class ContainerServer(BaseApplication):  # type: ignore[misc]
             if value is not None:
                 self.cfg.set(key, value)
         self.cfg.set("worker_exit", self._worker_exit)
+        self.cfg.set("post_worker_init", self._post_worker_init)
 
     def load(self) -> Any:
         self._application = build_application(self._settings, self._model_path, self._vertex)
         return self._application.flask
+
+    def _post_worker_init(self, worker: Any) -> None:
+        """On SIGTERM (Vertex scale-down, docker stop), requests that have not started yet are
+        answered 503 while the running ones finish; gunicorn then stops the worker."""
+        stop = signal.getsignal(signal.SIGTERM)
+
+        def on_term(signum: int, frame: Any) -> None:
+            if self._application is not None:
+                self._application.drain()
+            if callable(stop):
+                stop(signum, frame)
+
+        signal.signal(signal.SIGTERM, on_term)
 
     def _worker_exit(self, server: Any, worker: Any) -> None:
         if self._application is not None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -29,6 +30,11 @@ PREDICT_WORKERS = 128
 class Application:
     flask: Flask
     context: ServerContext
+    draining: threading.Event
+
+    def drain(self) -> None:
+        """From now on new requests get 503: the server is shutting down."""
+        self.draining.set()
 
     def shutdown(self) -> None:
         self.context.engine.stop()
@@ -81,9 +87,10 @@ def build_application(
     if vertex is not None:
         pool = ThreadPoolExecutor(max_workers=PREDICT_WORKERS, thread_name_prefix="predict")
         routes = vertex_routes(routes, vertex, pool, settings.predict_default_route)
+    draining = threading.Event()
     flask = create_app(routes, lambda: engine.is_ready, context.api_keys, settings.route_prefix, context,
-                       max_body_bytes=settings.max_body_bytes)
+                       max_body_bytes=settings.max_body_bytes, is_draining=draining.is_set)
     engine.on_load_failure = on_load_failure
     engine.on_ready = lambda: context.chat_template.check()
     engine.start()
-    return Application(flask, context)
+    return Application(flask, context, draining)

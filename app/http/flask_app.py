@@ -54,12 +54,13 @@ def create_app(
     prefix: str = "",
     state: Any = None,
     max_body_bytes: int | None = None,
+    is_draining: Callable[[], bool] = lambda: False,
 ) -> Flask:
     app = Flask("vertex_llama")
     app.config["MAX_CONTENT_LENGTH"] = max_body_bytes
     app.extensions[EXTENSION] = state
     public = {prefix + route.path for route in routes if route.public}
-    install_middleware(app, is_ready, api_keys, public)
+    install_middleware(app, is_ready, api_keys, public, is_draining)
     for route in routes:
         app.add_url_rule(
             prefix + flask_rule(route.path),

@@ -1,5 +1,5 @@
-"""What runs before every route, in llama-server's order: CORS preflight, the loading gate, the
-API key check."""
+"""What runs before every route, in llama-server's order: CORS preflight, the loading gate (and
+the shutdown gate), the API key check."""
 
 from __future__ import annotations
 
@@ -28,7 +28,11 @@ def key_is_valid(presented: str, keys: Collection[str]) -> bool:
 
 
 def install_middleware(
-    app: Flask, is_ready: Callable[[], bool], api_keys: Collection[str], public_paths: Collection[str]
+    app: Flask,
+    is_ready: Callable[[], bool],
+    api_keys: Collection[str],
+    public_paths: Collection[str],
+    is_draining: Callable[[], bool] = lambda: False,
 ) -> None:
     @app.before_request
     def gate() -> Response | None:
@@ -38,6 +42,8 @@ def install_middleware(
             response.headers["Access-Control-Allow-Methods"] = "GET, POST"
             response.headers["Access-Control-Allow-Headers"] = "*"
             return response
+        if is_draining():
+            return to_response(ApiReply.error(UnavailableError("the server is shutting down")))
         if not is_ready():
             return to_response(ApiReply.error(UnavailableError("Loading model")))
         if api_keys and request.path not in public_paths and not key_is_valid(_presented_key(), api_keys):

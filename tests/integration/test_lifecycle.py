@@ -103,3 +103,32 @@ def test_sigterm_lets_in_flight_requests_finish_then_exits_0(tmp_path: Path) -> 
     worker.join(60)
     assert code == 0, server.log()
     assert outcome == {"status": 200, "tokens": 150}
+
+
+def test_after_sigterm_requests_not_yet_started_get_503_and_running_ones_finish(tmp_path: Path) -> None:
+    server = start(tmp_path, ["-np", "2", "-c", "2048", "--threads-http", "2"])
+    threads = int(requests.get(server.url("/props"), timeout=10).json()["total_slots"]) + 4
+    results: dict[int, tuple[int, object]] = {}
+
+    def call(number: int) -> None:
+        response = requests.post(server.url("/completion"), timeout=120,
+                                 json={"prompt": f"Story {number}", "n_predict": 250, "ignore_eos": True})
+        results[number] = (response.status_code, response.json())
+
+    workers = [threading.Thread(target=call, args=(n,)) for n in range(threads + 2)]
+    for worker in workers:
+        worker.start()
+        time.sleep(0.05)
+    time.sleep(0.5)  # every HTTP thread is busy; the last two requests wait in gunicorn's queue
+    code = server.stop()
+    for worker in workers:
+        worker.join(120)
+    assert code == 0, server.log()
+    statuses = sorted(status for status, _ in results.values())
+    assert len(results) == threads + 2
+    assert statuses.count(200) >= 1
+    refused = [body for status, body in results.values() if status == 503]
+    assert refused, statuses
+    assert all(body["error"]["message"] == "the server is shutting down" for body in refused)  # type: ignore[index]
+    finished = [body for status, body in results.values() if status == 200]
+    assert all(body["tokens_predicted"] == 250 for body in finished)  # type: ignore[index]

@@ -1,0 +1,77 @@
+"""The Dockerfile and cloudbuild.yaml, checked without a Docker engine: hadolint, and agreement
+with what the container reads and what `python -m gcp upload` sends."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import yaml
+from dockerfile_parse import DockerfileParser
+
+from gcp import deploy
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def dockerfile() -> DockerfileParser:
+    parser = DockerfileParser(path=str(ROOT / "Dockerfile"))
+    return parser
+
+
+def instructions(name: str) -> list[str]:
+    return [item["value"] for item in dockerfile().structure if item["instruction"] == name]
+
+
+def test_hadolint_passes() -> None:
+    hadolint = shutil.which("hadolint") or str(Path(__import__("sys").executable).parent / "hadolint")
+    result = subprocess.run([hadolint, "--config", str(ROOT / ".hadolint.yaml"), str(ROOT / "Dockerfile")],
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_entry_point_is_the_local_launcher_on_the_deployed_port() -> None:
+    entrypoint = json.loads(instructions("ENTRYPOINT")[-1])
+    assert entrypoint[:3] == ["python", "-m", "app"]
+    assert entrypoint[entrypoint.index("--port") + 1] == str(deploy.CONTAINER_PORT)
+    assert instructions("EXPOSE") == [str(deploy.CONTAINER_PORT)]
+    assert "--host" in entrypoint and entrypoint[entrypoint.index("--host") + 1] == "0.0.0.0"
+
+
+def test_the_image_runs_as_a_non_root_user_and_sets_no_aip_variables() -> None:
+    assert instructions("USER")[-1] not in ("0", "root")
+    env_lines = " ".join(instructions("ENV"))
+    assert "AIP_" not in env_lines
+    assert "/usr/local/nvidia/lib64" in env_lines
+
+
+def test_cuda_build_flags() -> None:
+    text = (ROOT / "Dockerfile").read_text()
+    assert 'ARG CUDA_ARCHITECTURES="75;80;89;90"' in text
+    assert "-DGGML_CUDA=on" in text and "-DGGML_NATIVE=OFF" in text
+    assert "-DCMAKE_CUDA_ARCHITECTURES=${CUDA_ARCHITECTURES}" in text
+    assert "stubs/libcuda.so.1" in text
+    assert "ARG VARIANT=cuda" in text and "AS build-cpu" in text and "AS runtime-cpu" in text
+    assert not any(line.startswith("COPY") and ".gguf" in line for line in text.splitlines())
+
+
+def test_cloudbuild() -> None:
+    config = yaml.safe_load((ROOT / "cloudbuild.yaml").read_text())
+    assert set(config["substitutions"]) >= {"_REGION", "_REPOSITORY", "_IMAGE", "_CUDA_ARCHITECTURES", "_TAG"}
+    args = config["steps"][0]["args"]
+    assert "--build-arg=CUDA_ARCHITECTURES=${_CUDA_ARCHITECTURES}" in args
+    image = "${_REGION}-docker.pkg.dev/${PROJECT_ID}/${_REPOSITORY}/${_IMAGE}"
+    assert config["images"] == [f"{image}:${{_TAG}}", f"{image}:latest"]
+    assert f"--tag={image}:latest" in args
+    assert config["options"]["machineType"] and config["options"]["diskSizeGb"] >= 100
+    assert config["timeout"].endswith("s")
+
+
+def test_upload_matches_the_image() -> None:
+    request = deploy.upload_request(deploy.Target("p", "r"), deploy.UploadSpec("m", "img"))
+    spec = request.model.container_spec
+    assert [port.container_port for port in spec.ports] == [int(instructions("EXPOSE")[0])]
+    assert spec.predict_route == "/predict" and spec.health_route == "/health"
+    assert list(spec.startup_probe.exec_.command) == ["python", "-m", "gcp.probe"]
