@@ -4,6 +4,7 @@
     python -m gcp deploy --project P --region R --model MODEL_ID [--machine-type ...] [--streaming]
     python -m gcp predict --project P --region R --endpoint ENDPOINT_ID --instances '[...]'
     python -m gcp raw-predict | stream-raw-predict --endpoint ENDPOINT_ID --body '{...}'
+    python -m gcp invoke --endpoint ENDPOINT_ID --path /v1/chat/completions --body '{...}' [--stream]
     python -m gcp undeploy --project P --region R --endpoint ENDPOINT_ID [--delete-endpoint]
 
 Every command takes ``--dry-run``: print the exact API requests (as the REST API's JSON) and send
@@ -68,6 +69,8 @@ def build_parser() -> argparse.ArgumentParser:
         upload.add_argument(flag, dest=dest, help=f"sets {env}")
     upload.add_argument("--shared-memory-mb", type=int, default=1024)
     upload.add_argument("--deployment-timeout", type=int, default=3600, help="seconds (at most 7200)")
+    upload.add_argument("--invoke", action="store_true",
+                        help="expose every route under .../invoke/ (invokeRoutePrefix /*; disables :predict)")
 
     dep = commands.add_parser("deploy", help="deploy an uploaded model to an endpoint (created if needed)")
     _common(dep)
@@ -87,7 +90,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     for name, help_text in (("predict", "send {instances, parameters} to :predict"),
                             ("raw-predict", "send a body to :rawPredict"),
-                            ("stream-raw-predict", "send a body to :streamRawPredict and print the stream")):
+                            ("stream-raw-predict", "send a body to :streamRawPredict and print the stream"),
+                            ("invoke", "send a body to a container route through .../invoke/PATH")):
         command = commands.add_parser(name, help=help_text)
         _common(command)
         command.add_argument("--endpoint", required=True)
@@ -96,6 +100,9 @@ def build_parser() -> argparse.ArgumentParser:
             command.add_argument("--parameters", type=_json_arg)
         else:
             command.add_argument("--body", type=_json_arg, required=True, help="a JSON object")
+        if name == "invoke":
+            command.add_argument("--path", required=True, help="the container route, e.g. /v1/chat/completions")
+            command.add_argument("--stream", action="store_true", help="print the response as it streams")
 
     undeploy = commands.add_parser("undeploy", help="undeploy models (and optionally delete the endpoint)")
     _common(undeploy)
@@ -121,7 +128,7 @@ def _upload(args: argparse.Namespace, target: deploy.Target) -> None:
             env[name] = str(value)
     request = deploy.upload_request(target, deploy.UploadSpec(
         display_name=args.display_name, image_uri=args.image, artifact_uri=args.artifact_uri, env=env,
-        shared_memory_mb=args.shared_memory_mb, deployment_timeout_s=args.deployment_timeout,
+        shared_memory_mb=args.shared_memory_mb, deployment_timeout_s=args.deployment_timeout, invoke=args.invoke,
     ))
     if args.dry_run:
         _dry("ModelService.UploadModel", request)
@@ -168,6 +175,14 @@ def _predict(args: argparse.Namespace, target: deploy.Target) -> None:
             _dry("PredictionService.RawPredict", request)
         else:
             sys.stdout.write(deploy.Vertex(target).raw_predict(request).decode() + "\n")
+    elif args.command == "invoke":
+        request = deploy.invoke_request(name, args.path, {**args.body, **({"stream": True} if args.stream else {})})
+        if args.dry_run:
+            _dry("Invoke", request)
+            return
+        for chunk in deploy.Vertex(target).stream_raw_predict(request):
+            sys.stdout.write(chunk.decode())
+            sys.stdout.flush()
     else:
         request = deploy.stream_raw_predict_request(name, {**args.body, "stream": True})
         if args.dry_run:
@@ -201,7 +216,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     target = deploy.Target(args.project, args.region, args.api_endpoint, args.anonymous)
     handlers = {"upload": _upload, "deploy": _deploy, "predict": _predict, "raw-predict": _predict,
-                "stream-raw-predict": _predict, "undeploy": _undeploy}
+                "stream-raw-predict": _predict, "invoke": _predict, "undeploy": _undeploy}
     try:
         handlers[args.command](args, target)
     except Exception as exc:

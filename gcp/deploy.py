@@ -62,12 +62,12 @@ class UploadSpec:
     probe_period_s: int = 10
     probe_timeout_s: int = 5
     probe_failures: int = 360
+    invoke: bool = False  # invokeRoutePrefix "/*": every container path under .../invoke/ (no :predict)
 
 
 def upload_request(target: Target, spec: UploadSpec) -> v1.UploadModelRequest:
     container = v1.ModelContainerSpec(
         image_uri=spec.image_uri,
-        predict_route=PREDICT_ROUTE,
         health_route=HEALTH_ROUTE,
         ports=[v1.Port(container_port=CONTAINER_PORT)],
         env=[v1.EnvVar(name=name, value=value) for name, value in sorted(spec.env.items())],
@@ -80,6 +80,10 @@ def upload_request(target: Target, spec: UploadSpec) -> v1.UploadModelRequest:
             failure_threshold=spec.probe_failures,
         ),
     )
+    if spec.invoke:
+        container.invoke_route_prefix = "/*"
+    else:
+        container.predict_route = PREDICT_ROUTE
     model = v1.Model(display_name=spec.display_name, container_spec=container)
     if spec.artifact_uri:
         model.artifact_uri = spec.artifact_uri
@@ -167,9 +171,12 @@ class RawCall:
     endpoint: str
     verb: str
     body: Any
+    invoke_path: str = ""
 
     @property
     def path(self) -> str:
+        if self.verb == "invoke":
+            return f"/v1/{self.endpoint}/invoke/{self.invoke_path.lstrip('/')}"
         return f"/v1/{self.endpoint}:{self.verb}"
 
 
@@ -179,6 +186,13 @@ def raw_predict_request(endpoint_name: str, body: Any) -> RawCall:
 
 def stream_raw_predict_request(endpoint_name: str, body: Any) -> RawCall:
     return RawCall(endpoint_name, "streamRawPredict", body)
+
+
+def invoke_request(endpoint_name: str, path: str, body: Any) -> RawCall:
+    """A custom route (``invokeRoutePrefix: "/*"``): ``path`` on the container, e.g. /v1/chat/completions."""
+    if not path.startswith("/"):
+        raise ValueError(f"the invoke path must start with '/': {path!r}")
+    return RawCall(endpoint_name, "invoke", body, path)
 
 
 def as_json(request: Any) -> dict[str, Any]:

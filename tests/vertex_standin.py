@@ -60,6 +60,11 @@ class VertexStandIn:
             endpoint = {**body, "name": name, "deployedModels": []}
             self.endpoints[name] = endpoint
             return self.operation(parent, "Endpoint", endpoint)
+        invoked = re.match(r"(.*/endpoints/[^/:]+)/invoke(/.*)$", rest)
+        if invoked and invoked.group(1) in self.endpoints:
+            upstream = requests.post(self.container + invoked.group(2), json=body, stream=True, timeout=120)
+            return Response(upstream.iter_content(chunk_size=None), status=upstream.status_code,
+                            content_type=upstream.headers["Content-Type"])
         action = re.match(r"(.*/endpoints/[^/:]+)(?::(\w+))?$", rest)
         if action is None:
             return _json({"error": {"code": 404, "message": "not found"}}, 404)

@@ -120,6 +120,16 @@ def test_deploy_predict_and_undeploy(standin: RunningStandIn, capsys: pytest.Cap
     streamed = run_tool_raw(standin, capsys, "stream-raw-predict", endpoint_id)
     assert streamed.startswith("data: ") and streamed.rstrip().endswith("data: [DONE]")
 
+    body = json.dumps({"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 3})
+    main(["invoke", *PROJECT, "--api-endpoint", standin.url, "--anonymous", "--endpoint", endpoint_id,
+          "--path", "/v1/chat/completions", "--body", body])
+    assert json.loads(capsys.readouterr().out)["object"] == "chat.completion"
+    main(["invoke", *PROJECT, "--api-endpoint", standin.url, "--anonymous", "--endpoint", endpoint_id,
+          "--path", "/v1/chat/completions", "--body", body, "--stream"])
+    assert capsys.readouterr().out.rstrip().endswith("data: [DONE]")
+    invoked = [c.path for c in standin.standin.calls if "/invoke/" in c.path]
+    assert invoked[0].endswith(f"/endpoints/{endpoint_id}/invoke/v1/chat/completions")
+
     undeployed = run_tool(standin, capsys, "undeploy", "--endpoint", endpoint_id, "--delete-endpoint")
     assert undeployed["undeployed"] == [deployed["deployed_model_id"]] and undeployed["deleted"] is True
     assert endpoint not in standin.standin.endpoints
@@ -163,3 +173,10 @@ def test_a_failed_call_is_a_clear_error(standin: RunningStandIn, capsys: pytest.
               "--instances", "[]"])
     assert caught.value.code == 1
     assert "python -m gcp predict: NotFound" in capsys.readouterr().err
+
+
+def test_an_invoke_model_has_no_predict_route(standin: RunningStandIn, capsys: pytest.CaptureFixture[str]) -> None:
+    run_tool(standin, capsys, "upload", "--image", "img", "--invoke")
+    spec = standin.standin.calls[-1].body["model"]["containerSpec"]
+    assert spec["invokeRoutePrefix"] == "/*"
+    assert "predictRoute" not in spec and spec["healthRoute"] == "/health"
