@@ -66,6 +66,8 @@ ERROR_TABLE: dict[type[BaseException], tuple[int, str]] = {
     UnavailableError: (503, "unavailable_error"),
     engine_errors.ContextExceededError: (400, "exceed_context_size_error"),
     engine_errors.InvalidJobError: (400, "invalid_request_error"),
+    engine_errors.UnsupportedError: (501, "not_supported_error"),
+    engine_errors.SlotBusyError: (503, "unavailable_error"),
     engine_errors.NotReadyError: (503, "unavailable_error"),
     engine_errors.OverloadedError: (503, "unavailable_error"),
     engine_errors.CancelledError: (500, "server_error"),

@@ -14,7 +14,9 @@ from app.context import ServerContext
 from app.handlers.anthropic import post_count_tokens, post_messages
 from app.handlers.chat import post_apply_template, post_chat_completions, post_chat_input_tokens
 from app.handlers.completions import post_completion, post_openai_completions
+from app.handlers.embeddings import post_embedding, post_openai_embeddings, post_rerank
 from app.handlers.infill import post_infill
+from app.handlers.lora import get_lora_adapters, post_lora_adapters
 from app.handlers.responses import post_responses, post_responses_input_tokens
 from app.handlers.server_info import (
     get_health,
@@ -24,6 +26,7 @@ from app.handlers.server_info import (
     get_slots,
     post_props,
 )
+from app.handlers.slot_actions import post_slot_action
 from app.handlers.tokens import post_detokenize, post_tokenize
 
 ContextHandler = Callable[[ServerContext, ApiRequest], ApiReply]
@@ -59,10 +62,20 @@ ROUTES: tuple[RouteSpec, ...] = (
     RouteSpec("POST", "/v1/messages", post_messages),
     RouteSpec("POST", "/v1/messages/count_tokens", post_count_tokens),
     RouteSpec("POST", "/infill", post_infill),
+    RouteSpec("POST", "/embedding", post_embedding),
+    RouteSpec("POST", "/embeddings", post_embedding),
+    RouteSpec("POST", "/v1/embeddings", post_openai_embeddings),
+    RouteSpec("POST", "/rerank", post_rerank),
+    RouteSpec("POST", "/reranking", post_rerank),
+    RouteSpec("POST", "/v1/rerank", post_rerank),
+    RouteSpec("POST", "/v1/reranking", post_rerank),
     RouteSpec("POST", "/tokenize", post_tokenize),
     RouteSpec("POST", "/detokenize", post_detokenize),
     RouteSpec("POST", "/apply-template", post_apply_template),
+    RouteSpec("GET", "/lora-adapters", get_lora_adapters),
+    RouteSpec("POST", "/lora-adapters", post_lora_adapters),
     RouteSpec("GET", "/slots", get_slots),
+    RouteSpec("POST", "/slots/:id_slot", post_slot_action),
 )
 
 

@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-Kind = Literal["str", "int", "float", "bool", "keys", "choice"]
+Kind = Literal["str", "int", "float", "bool", "keys", "choice", "paths", "scaled"]
 
 _TRUE = frozenset({"true", "1", "on", "enabled", "yes"})
 _FALSE = frozenset({"false", "0", "off", "disabled", "no"})
@@ -35,7 +35,7 @@ class Option:
     negative_flags: tuple[str, ...] = ()
     choices: tuple[str, ...] = ()
     minimum: float | None = None
-    metavar: str | None = None
+    metavar: str | tuple[str, ...] | None = None
 
 
 OPTIONS: tuple[Option, ...] = (
@@ -125,6 +125,25 @@ OPTIONS: tuple[Option, ...] = (
     Option("model_cache_dir", ("--model-cache-dir",), "str", None,
            "where models from gs:// are downloaded (default: ~/.cache/vertex-llama/models)",
            env="LLAMA_ARG_MODEL_CACHE_DIR", metavar="DIR"),
+    Option("embeddings", ("--embedding", "--embeddings"), "bool", False,
+           "llama-server's embedding-only mode: generation endpoints answer 501 (embeddings are always "
+           "served, from a second context on the model)", env="LLAMA_ARG_EMBEDDINGS"),
+    Option("reranking", ("--rerank", "--reranking"), "bool", False,
+           "enable the rerank endpoints (rank pooling; needs a model with a classification head)",
+           env="LLAMA_ARG_RERANKING"),
+    Option("pooling", ("--pooling",), "choice", "unspecified",
+           "pooling of the embedding context (default: the model's)", env="LLAMA_ARG_POOLING",
+           choices=("unspecified", "none", "mean", "cls", "last", "rank")),
+    Option("lora", ("--lora",), "paths", (), "LoRA adapter file (scale 1); repeatable", env="LLAMA_ARG_LORA",
+           metavar="FNAME"),
+    Option("lora_scaled", ("--lora-scaled",), "scaled", (), "LoRA adapter file and its scale; repeatable",
+           metavar=("FNAME", "SCALE")),
+    Option("slot_save_path", ("--slot-save-path",), "str", None,
+           "directory for POST /slots/{id}?action=save|restore files", env="LLAMA_ARG_SLOT_SAVE_PATH",
+           metavar="PATH"),
+    Option("sleep_idle_seconds", ("--sleep-idle-seconds",), "int", -1,
+           "free the model after this many idle seconds and load it again on the next request (-1: never)",
+           env="LLAMA_ARG_SLEEP_IDLE_SECONDS", minimum=-1),
     Option("verbose", ("-v", "--verbose"), "bool", False, "verbose logging (llama.cpp logs too)",
            env="LLAMA_ARG_VERBOSE"),
 )
@@ -171,6 +190,13 @@ class Settings:
     predict_default_route: str = "/v1/chat/completions"
     max_body_bytes: int = 10 * 1024 * 1024
     model_cache_dir: str | None = None
+    embeddings: bool = False
+    reranking: bool = False
+    pooling: str = "unspecified"
+    lora: tuple[str, ...] = ()
+    lora_scaled: tuple[tuple[str, float], ...] = ()
+    slot_save_path: str | None = None
+    sleep_idle_seconds: int = -1
     verbose: bool = False
 
     @property
@@ -198,6 +224,11 @@ class Settings:
         if self.n_gpu_layers in ("auto", "all"):
             return -1
         return int(self.n_gpu_layers)
+
+    @property
+    def lora_adapters(self) -> tuple[tuple[str, float], ...]:
+        """Every adapter with its starting scale: ``--lora`` ones at 1, then ``--lora-scaled``."""
+        return tuple((path, 1.0) for path in self.lora) + self.lora_scaled
 
     @property
     def route_prefix(self) -> str:
@@ -230,7 +261,7 @@ def _convert(option: Option, raw: str, where: str) -> Any:
             if lowered not in _TRUE | _FALSE:
                 raise ValueError(raw)
             value = lowered in _TRUE
-        elif option.kind == "keys":
+        elif option.kind in ("keys", "paths"):
             value = tuple(key.strip() for key in raw.split(",") if key.strip())
         elif option.kind == "choice":
             if raw not in option.choices:
@@ -244,6 +275,13 @@ def _convert(option: Option, raw: str, where: str) -> Any:
     if option.minimum is not None and isinstance(value, int | float) and value < option.minimum:
         raise SettingsError(f"{where}: {value} is below the minimum {option.minimum:g}")
     return value
+
+
+def _scaled(path: str, scale: str, where: str) -> tuple[str, float]:
+    try:
+        return path, float(scale)
+    except ValueError:
+        raise SettingsError(f"{where}: invalid scale {scale!r} for {path} (expected a number)") from None
 
 
 def _flag_name(option: Option) -> str:
@@ -285,8 +323,11 @@ def build_parser(prog: str = "python -m app") -> argparse.ArgumentParser:
                 parser.add_argument(*option.negative_flags, dest=option.dest, action="store_const",
                                     const="0", default=argparse.SUPPRESS,
                                     help=f"disable {option.flags[-1]}")
-        elif option.kind == "keys":
+        elif option.kind in ("keys", "paths"):
             parser.add_argument(*option.flags, dest=option.dest, action="append",
+                                default=argparse.SUPPRESS, metavar=option.metavar, help=help_text)
+        elif option.kind == "scaled":
+            parser.add_argument(*option.flags, dest=option.dest, action="append", nargs=2,
                                 default=argparse.SUPPRESS, metavar=option.metavar, help=help_text)
         else:
             parser.add_argument(*option.flags, dest=option.dest, default=argparse.SUPPRESS,
@@ -312,10 +353,12 @@ def parse_settings(
         for option in OPTIONS:
             if option.dest in namespace:
                 raw = namespace[option.dest]
-                if option.kind == "keys":
+                if option.kind in ("keys", "paths"):
                     values[option.dest] = tuple(
                         key for chunk in raw for key in _convert(option, chunk, _flag_name(option))
                     )
+                elif option.kind == "scaled":
+                    values[option.dest] = tuple(_scaled(path, scale, _flag_name(option)) for path, scale in raw)
                 else:
                     values[option.dest] = _convert(option, raw, _flag_name(option))
             elif option.env and environ.get(option.env, "") != "":

@@ -60,6 +60,9 @@ def backend_config(settings: Settings, model_path: str) -> LlamaConfig:
         n_gpu_layers=settings.gpu_layers,
         flash_attn=settings.flash_attn,
         verbose=settings.verbose,
+        loras=tuple(path for path, _ in settings.lora_adapters),
+        embed_pooling="rank" if settings.reranking else settings.pooling,
+        embed_n_ctx=settings.ubatch_size,
     )
 
 
@@ -80,7 +83,13 @@ def build_application(
 
     engine = Engine(
         load_backend,
-        EngineOptions(cont_batching=settings.cont_batching, n_predict_cap=settings.n_predict),
+        EngineOptions(
+            cont_batching=settings.cont_batching,
+            n_predict_cap=settings.n_predict,
+            sleep_idle_seconds=settings.sleep_idle_seconds,
+            embed_n_ctx=settings.ubatch_size,
+            lora_scales=tuple(scale for _, scale in settings.lora_adapters),
+        ),
     )
     context = ServerContext(settings, engine, model_path, api_keys=settings.all_api_keys())
     routes = bind_routes(context)

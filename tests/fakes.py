@@ -76,6 +76,25 @@ def _text(tokens: Sequence[int]) -> str:
 
 
 @dataclass
+class FakeEmbedder:
+    """Pooled "embeddings": [number of tokens, mean token id] per input."""
+
+    pooling: str = "mean"
+    n_ctx: int = 64
+    n_seq: int = 4
+    n_embd: int = 2
+    calls: list[int] = field(default_factory=list)
+
+    def embed(self, inputs: Sequence[Sequence[int]]) -> list[list[list[float]]]:
+        assert sum(len(t) for t in inputs) <= self.n_ctx and len(inputs) <= self.n_seq
+        self.calls.append(len(inputs))
+        return [[[float(len(t)), sum(t) / len(t)]] for t in inputs]
+
+    def close(self) -> None:
+        pass
+
+
+@dataclass
 class FakeBackend:
     reply_for: Callable[[str], str] = lambda prompt: "Hello, world!"
     n_seq: int = 4
@@ -87,6 +106,8 @@ class FakeBackend:
     fail_decodes: int = 0
     copies: list[tuple[int, int]] = field(default_factory=list)
     decode_seconds: float = 0.0
+    lora_history: list[tuple[float, ...]] = field(default_factory=list)
+    _embedder: FakeEmbedder = field(default_factory=lambda: FakeEmbedder())
     closed: bool = False
 
     @property
@@ -133,6 +154,31 @@ class FakeBackend:
     def forget(self, seq: int, from_pos: int) -> bool:
         del self.kv.setdefault(seq, [])[from_pos:]
         return True
+
+    def embedder(self) -> FakeEmbedder:
+        return self._embedder
+
+    @property
+    def lora_paths(self) -> tuple[str, ...]:
+        return ()
+
+    def set_lora(self, scales: tuple[float, ...]) -> None:
+        self.lora_history.append(scales)
+
+    def save_sequence(self, seq: int, path: str, tokens: Sequence[int]) -> int:
+        with open(path, "w") as handle:
+            handle.write(",".join(map(str, tokens)))
+        return len(tokens) * 4
+
+    def load_sequence(self, seq: int, path: str) -> tuple[list[int], int] | None:
+        try:
+            with open(path) as handle:
+                text = handle.read()
+        except OSError:
+            return None
+        tokens = [int(t) for t in text.split(",") if t]
+        self.kv[seq] = list(tokens)
+        return tokens, len(tokens) * 4
 
     def close(self) -> None:
         self.closed = True

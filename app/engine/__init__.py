@@ -15,12 +15,16 @@ from app.engine.errors import (
     ModelLoadError,
     NotReadyError,
     OverloadedError,
+    SlotBusyError,
+    UnsupportedError,
 )
+from app.engine.scheduler import Scheduler
 from app.engine.slots import Job
 from app.engine.stats import EngineStats
 from app.engine.types import (
     RANDOM_SEED,
     Completion,
+    EmbeddingResult,
     FinishReason,
     GenerationRequest,
     JobEvent,
@@ -37,6 +41,7 @@ __all__ = [
     "Completion",
     "ContextExceededError",
     "DecodeError",
+    "EmbeddingResult",
     "Engine",
     "EngineError",
     "EngineOptions",
@@ -52,8 +57,11 @@ __all__ = [
     "OverloadedError",
     "Sampler",
     "SamplingParams",
+    "Scheduler",
+    "SlotBusyError",
     "SlotView",
     "Timings",
     "TokenChunk",
+    "UnsupportedError",
     "Vocabulary",
 ]

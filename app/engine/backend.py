@@ -31,6 +31,7 @@ class ModelInfo:
     chat_template: str | None
     description: str
     build_info: str
+    pooling: str = "unspecified"  # what the model declares; "rank" for a reranker
 
 
 @dataclass(frozen=True)
@@ -77,6 +78,20 @@ class Vocabulary(Protocol):
         """Ids of the FIM and other special tokens the model defines (absent ones are left out)."""
 
 
+class Embedder(Protocol):
+    """A context for embeddings on the same model: several inputs per decode."""
+
+    pooling: str
+    n_ctx: int
+    n_seq: int
+    n_embd: int
+
+    def embed(self, inputs: Sequence[Sequence[int]]) -> list[list[list[float]]]:
+        """Per input: one vector (pooled; for rank pooling the scores) or one per token (none)."""
+
+    def close(self) -> None: ...
+
+
 class Backend(Protocol):
     """A loaded model and one context with ``n_seq`` independent sequences (KV per sequence)."""
 
@@ -109,5 +124,20 @@ class Backend(Protocol):
     def forget(self, seq: int, from_pos: int) -> bool:
         """Drop the KV cells of ``seq`` from position ``from_pos`` on. False when only the whole
         sequence could be dropped."""
+
+    def embedder(self) -> Embedder:
+        """The embedding context (made on first use)."""
+
+    @property
+    def lora_paths(self) -> tuple[str, ...]: ...
+
+    def set_lora(self, scales: tuple[float, ...]) -> None:
+        """Adapter scales for the following decodes."""
+
+    def save_sequence(self, seq: int, path: str, tokens: Sequence[int]) -> int:
+        """Write ``seq``'s KV state to ``path``; the bytes written."""
+
+    def load_sequence(self, seq: int, path: str) -> tuple[list[int], int] | None:
+        """Read a saved state into ``seq``: its tokens and the bytes read, or None."""
 
     def close(self) -> None: ...

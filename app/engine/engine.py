@@ -1,7 +1,9 @@
 """The engine thread: owns the backend and runs the scheduler (``scheduler.py``) step by step.
 
-HTTP threads only call ``submit`` (thread-safe) and read the job's event queue; everything that
-touches llama.cpp state happens on this one thread.
+HTTP threads only call ``submit``, ``submit_embeddings`` and ``control`` (thread-safe) and read the
+job's event queue; everything that touches llama.cpp state happens on this one thread. With
+``sleep_idle_seconds`` the model is freed after that long without work and loaded again by the next
+job; facts about the model (``info``, slot counts) stay answerable while it sleeps.
 """
 
 from __future__ import annotations
@@ -9,25 +11,33 @@ from __future__ import annotations
 import logging
 import queue
 import threading
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 from app.engine.backend import Backend, ModelInfo, Vocabulary
 from app.engine.errors import ContextExceededError, EngineError, InvalidJobError, NotReadyError
 from app.engine.scheduler import Scheduler, SchedulerOptions
-from app.engine.slots import EventSink, Job, Slot
+from app.engine.slots import ControlJob, EmbedJob, EventSink, Job, Slot
 from app.engine.stats import EngineStats, StatsRecorder
-from app.engine.types import RANDOM_SEED, GenerationRequest
+from app.engine.types import RANDOM_SEED, EmbeddingResult, GenerationRequest
 
 log = logging.getLogger(__name__)
 
 BackendFactory = Callable[[], Backend]
+InboxItem = Job | EmbedJob | ControlJob | str | None
+WAKE = "wake"
+POLL_SECONDS = 0.5
 
 
 @dataclass(frozen=True)
 class EngineOptions:
     cont_batching: bool = True
     n_predict_cap: int = -1
+    sleep_idle_seconds: float = -1
+    embed_n_ctx: int = 512
+    lora_scales: tuple[float, ...] = ()  # the starting global scale of each --lora adapter
 
 
 @dataclass(frozen=True)
@@ -48,18 +58,31 @@ class SlotView:
     request: GenerationRequest | None
 
 
+@dataclass(frozen=True)
+class ModelFacts:
+    """Kept across sleep: what the model and its context look like."""
+
+    info: ModelInfo
+    n_seq: int
+    n_ctx_seq: int
+
+
 class Engine:
     def __init__(self, backend_factory: BackendFactory, options: EngineOptions | None = None) -> None:
         self._factory = backend_factory
         self._options = options or EngineOptions()
-        self._inbox: queue.SimpleQueue[Job | None] = queue.SimpleQueue()
+        self._inbox: queue.SimpleQueue[InboxItem] = queue.SimpleQueue()
         self._slots: list[Slot] = []
         self._backend: Backend | None = None
-        self._ready = threading.Event()
+        self._facts: ModelFacts | None = None
+        self._ready = threading.Event()  # loaded once: the server serves from now on
+        self._awake = threading.Event()  # the model is in memory now
         self._stopped = threading.Event()
         self._load_error: BaseException | None = None
         self._thread: threading.Thread | None = None
         self._stats = StatsRecorder()
+        self._lora_scales: tuple[float, ...] = self._options.lora_scales
+        self._current: Scheduler | None = None
         self.on_load_failure: Callable[[BaseException], None] | None = None
         self.on_ready: Callable[[], None] | None = None
 
@@ -70,7 +93,7 @@ class Engine:
         self._thread.start()
 
     def stop(self, timeout: float = 30.0) -> None:
-        """Stop the engine thread and free the model (cancels what is still running)."""
+        """Stop the engine thread and free the model (fails what is still running)."""
         self._inbox.put(None)
         if self._thread is not None:
             self._thread.join(timeout)
@@ -79,6 +102,10 @@ class Engine:
     def is_ready(self) -> bool:
         return self._ready.is_set() and not self._stopped.is_set()
 
+    @property
+    def is_sleeping(self) -> bool:
+        return self._ready.is_set() and not self._awake.is_set() and not self._stopped.is_set()
+
     def wait_ready(self, timeout: float | None = None) -> bool:
         return self._ready.wait(timeout)
 
@@ -86,14 +113,26 @@ class Engine:
     def load_error(self) -> BaseException | None:
         return self._load_error
 
+    def _known(self) -> ModelFacts:
+        if self._facts is None or not self._ready.is_set():
+            raise NotReadyError()
+        return self._facts
+
     def _loaded(self) -> Backend:
-        if self._backend is None or not self._ready.is_set():
+        """The backend, woken first if it sleeps."""
+        self._known()
+        if not self._awake.is_set():
+            self._inbox.put(WAKE)
+            while not self._awake.wait(POLL_SECONDS):
+                if self._stopped.is_set() or self._load_error is not None:
+                    raise NotReadyError("the model could not be loaded again")
+        if self._backend is None:
             raise NotReadyError()
         return self._backend
 
     @property
     def info(self) -> ModelInfo:
-        return self._loaded().info
+        return self._known().info
 
     @property
     def vocab(self) -> Vocabulary:
@@ -101,14 +140,30 @@ class Engine:
 
     @property
     def n_slots(self) -> int:
-        return self._loaded().n_seq
+        return self._known().n_seq
 
     @property
     def n_ctx_slot(self) -> int:
-        return self._loaded().n_ctx_seq
+        return self._known().n_ctx_seq
+
+    @property
+    def embed_n_ctx(self) -> int:
+        return self._options.embed_n_ctx
 
     def stats(self) -> EngineStats:
         return self._stats.snapshot()
+
+    # ---- LoRA scales -----------------------------------------------------------------------
+
+    @property
+    def lora_scales(self) -> tuple[float, ...]:
+        """The global adapter scales new requests get (running ones keep theirs)."""
+        return self._lora_scales
+
+    def set_lora_scales(self, scales: tuple[float, ...]) -> None:
+        if len(scales) != len(self._options.lora_scales):
+            raise InvalidJobError(f"expected {len(self._options.lora_scales)} LoRA scales, got {len(scales)}")
+        self._lora_scales = scales
 
     # ---- the HTTP side ---------------------------------------------------------------------
 
@@ -137,6 +192,8 @@ class Engine:
             problem = backend.vocab.grammar_error(request.sampling.grammar)
             if problem:
                 raise InvalidJobError(f"Failed to initialize samplers: {problem}")
+        if request.lora is None:
+            request = replace(request, lora=self._lora_scales)
         if self._options.n_predict_cap >= 0 and (
             request.n_predict < 0 or request.n_predict > self._options.n_predict_cap
         ):
@@ -150,8 +207,37 @@ class Engine:
         self._inbox.put(job)
         return job
 
-    def slot_views(self) -> list[SlotView]:
+    def submit_embeddings(self, inputs: Sequence[Sequence[int]], sink: EventSink | None = None) -> EmbedJob:
+        """Queue token inputs for embedding; each must fit the embedding context."""
         backend = self._loaded()
+        if not inputs:
+            raise InvalidJobError("Input content cannot be empty")
+        for tokens in inputs:
+            if not tokens:
+                raise InvalidJobError("Input content cannot be empty")
+            if len(tokens) > self._options.embed_n_ctx:
+                raise ContextExceededError(len(tokens), self._options.embed_n_ctx)
+            if any(token < 0 or token >= backend.info.n_vocab for token in tokens):
+                raise InvalidJobError("Prompt contains invalid tokens")
+        job = EmbedJob(tuple(tuple(tokens) for tokens in inputs), sink)
+        self._inbox.put(job)
+        return job
+
+    def control(self, action: Callable[[Scheduler], Any], timeout: float = 600.0) -> Any:
+        """Run ``action`` on the engine thread between two steps and return its result."""
+        self._loaded()
+        job = ControlJob(action)
+        self._inbox.put(job)
+        try:
+            _, outcome = job.sink.get(timeout=timeout)
+        except queue.Empty:
+            raise NotReadyError("the engine did not answer in time") from None
+        if isinstance(outcome, BaseException):
+            raise outcome
+        return outcome
+
+    def slot_views(self) -> list[SlotView]:
+        facts = self._known()
         views = []
         for slot in list(self._slots):
             request = slot.last_request
@@ -159,7 +245,7 @@ class Engine:
             n_decoded = len(slot.generated)
             views.append(SlotView(
                 id=slot.id,
-                n_ctx=backend.n_ctx_seq,
+                n_ctx=facts.n_ctx_seq,
                 is_processing=slot.busy,
                 id_task=slot.last_task,
                 n_cached=len(slot.cached),
@@ -175,7 +261,7 @@ class Engine:
 
     # ---- the engine thread -----------------------------------------------------------------
 
-    def _run(self) -> None:
+    def _load(self) -> Scheduler | None:
         try:
             backend = self._factory()
         except BaseException as exc:  # report any load failure, then let the owner exit
@@ -183,12 +269,20 @@ class Engine:
             log.error("failed to load the model: %s", exc)
             if self.on_load_failure is not None:
                 self.on_load_failure(exc)
-            return
+            return None
         self._backend = backend
+        self._facts = ModelFacts(backend.info, backend.n_seq, backend.n_ctx_seq)
         scheduler = Scheduler(backend, self._stats, SchedulerOptions(cont_batching=self._options.cont_batching))
         self._slots = scheduler.slots
+        self._awake.set()
+        return scheduler
+
+    def _run(self) -> None:
+        scheduler = self._load()
+        if scheduler is None:
+            return
         self._ready.set()
-        log.info("model loaded: %s slots of %s tokens", backend.n_seq, backend.n_ctx_seq)
+        log.info("model loaded: %s slots of %s tokens", scheduler.backend.n_seq, scheduler.backend.n_ctx_seq)
         if self.on_ready is not None:
             try:
                 self.on_ready()
@@ -196,51 +290,100 @@ class Engine:
                 self._load_error = exc
                 log.error("the model loaded but cannot be served: %s", exc)
                 self._stopped.set()
-                backend.close()
+                scheduler.backend.close()
                 if self.on_load_failure is not None:
                     self.on_load_failure(exc)
                 return
         try:
-            self._serve(scheduler)
+            while scheduler is not None:
+                scheduler = self._serve(scheduler)
         except BaseException:
             log.exception("the engine thread failed")
             raise
         finally:
             self._stopped.set()
-            self._fail_everything(scheduler, NotReadyError("the server is shutting down"))
-            backend.close()
+            self._fail_everything(self._current, NotReadyError("the server is shutting down"))
+            if self._backend is not None:
+                self._backend.close()
+                self._backend = None
 
-    def _serve(self, scheduler: Scheduler) -> None:
+    def _serve(self, scheduler: Scheduler) -> Scheduler | None:
+        """Run until asked to stop (None) or until the model goes to sleep and wakes again."""
+        self._current = scheduler
+        idle_since = time.monotonic()
         while True:
-            if not self._take_inbox(scheduler, block=not scheduler.busy and not scheduler.pending):
-                return
+            busy = scheduler.busy or scheduler.pending or scheduler.embeddings
+            if not self._take_inbox(scheduler, block=not busy):
+                return None
+            if busy or scheduler.pending or scheduler.embeddings:
+                idle_since = time.monotonic()
+            scheduler.run_controls()
+            scheduler.run_embeddings()
             scheduler.admit()
             scheduler.report_load()
             if scheduler.busy:
                 scheduler.step()
+                idle_since = time.monotonic()
+            elif self._should_sleep(idle_since, scheduler):
+                return self._sleep_until_needed(scheduler)
+
+    def _should_sleep(self, idle_since: float, scheduler: Scheduler) -> bool:
+        limit = self._options.sleep_idle_seconds
+        return limit >= 0 and not scheduler.pending and time.monotonic() - idle_since >= limit
+
+    def _sleep_until_needed(self, scheduler: Scheduler) -> Scheduler | None:
+        log.info("idle for %ss: freeing the model until the next request", self._options.sleep_idle_seconds)
+        self._awake.clear()
+        self._current = None
+        scheduler.backend.close()
+        self._backend = None
+        self._stats.on_sleep(True)
+        item = self._inbox.get()
+        if item is None:
+            return None
+        log.info("waking: loading the model again")
+        woken = self._load()
+        self._stats.on_sleep(False)
+        if woken is None:
+            self._stopped.set()
+            return None
+        if item != WAKE:
+            self._inbox.put(item)
+        return woken
 
     def _take_inbox(self, scheduler: Scheduler, block: bool) -> bool:
-        """Move submitted jobs to the pending queue; False once asked to stop."""
+        """Move submitted work to the scheduler's queues; False once asked to stop."""
         try:
-            item = self._inbox.get(timeout=0.5) if block else self._inbox.get_nowait()
+            item = self._inbox.get(timeout=POLL_SECONDS) if block else self._inbox.get_nowait()
         except queue.Empty:
             return True
         while True:
             if item is None:
                 return False
-            scheduler.pending.append(item)
+            if isinstance(item, Job):
+                scheduler.pending.append(item)
+            elif isinstance(item, EmbedJob):
+                scheduler.embeddings.append(item)
+            elif isinstance(item, ControlJob):
+                scheduler.controls.append(item)
             try:
                 item = self._inbox.get_nowait()
             except queue.Empty:
                 return True
 
-    def _fail_everything(self, scheduler: Scheduler, error: EngineError) -> None:
-        scheduler.fail_everything(error)
+    def _fail_everything(self, scheduler: Scheduler | None, error: EngineError) -> None:
+        if scheduler is not None:
+            scheduler.fail_everything(error)
         while True:
             try:
                 item = self._inbox.get_nowait()
             except queue.Empty:
                 return
-            if item is not None:
+            if isinstance(item, Job):
                 for member in item.family:
                     member.emit(error)
+            elif isinstance(item, EmbedJob | ControlJob):
+                item.sink.put((0, error))
+
+
+__all__ = ["EmbeddingResult", "Engine", "EngineOptions", "SlotView"]

@@ -6,6 +6,8 @@
     ├── OverloadedError         the job queue is full
     ├── ContextExceededError    a prompt does not fit in one slot (n_prompt_tokens, n_ctx)
     ├── InvalidJobError         a job the engine cannot run (bad token ids, bad slot id, ...)
+    ├── UnsupportedError        the model cannot do this (rank pooling without a classification head)
+    ├── SlotBusyError           a slot action on a slot that is running a job
     ├── CancelledError          the job was cancelled before it finished
     └── DecodeError             llama_decode failed for the batch that held this job
 """
@@ -42,6 +44,16 @@ class ContextExceededError(EngineError):
 
 class InvalidJobError(EngineError):
     pass
+
+
+class UnsupportedError(EngineError):
+    pass
+
+
+class SlotBusyError(EngineError):
+    def __init__(self, slot: int) -> None:
+        super().__init__(f"slot {slot} is processing a request; try again when it is idle")
+        self.slot = slot
 
 
 class CancelledError(EngineError):

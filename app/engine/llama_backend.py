@@ -21,13 +21,15 @@ import numpy as np
 from llama_cpp.llama_grammar import json_schema_to_gbnf
 
 from app.engine.backend import BatchToken, ModelInfo
-from app.engine.errors import DecodeError, InvalidJobError, ModelLoadError
+from app.engine.errors import DecodeError, InvalidJobError, ModelLoadError, UnsupportedError
 from app.engine.types import Sampled, SamplingParams, TokenProbs
 
 log = logging.getLogger(__name__)
 llama_log = logging.getLogger("llama.cpp")
 
 _FLASH_ATTN = {"auto": -1, "off": 0, "on": 1}
+_POOLING = {"unspecified": -1, "none": 0, "mean": 1, "cls": 2, "last": 3, "rank": 4}
+POOLING_NAMES = {value: name for name, value in _POOLING.items()}
 
 
 @dataclass(frozen=True)
@@ -42,6 +44,10 @@ class LlamaConfig:
     n_gpu_layers: int = -1
     flash_attn: str = "auto"
     verbose: bool = False
+    loras: tuple[str, ...] = ()
+    embed_pooling: str = "unspecified"  # none, mean, cls, last, rank, or the model's own
+    embed_n_ctx: int = 512
+    embed_n_seq: int = 64
 
 
 _log_callback_ref: Any = None
@@ -163,6 +169,7 @@ _SPECIAL_TOKENS = {
     "bos": "llama_vocab_bos",
     "eos": "llama_vocab_eos",
     "eot": "llama_vocab_eot",
+    "sep": "llama_vocab_sep",
 }
 
 
@@ -246,6 +253,75 @@ def _meta(model: Any, key: str) -> str | None:
     return buffer.value.decode("utf-8", errors="replace")
 
 
+class LlamaEmbedder:
+    """A second context on the loaded model with embeddings on: several inputs per decode, one
+    sequence each (unified KV, cleared after every batch)."""
+
+    def __init__(self, model: Any, pooling: str, n_ctx: int, n_seq: int, n_threads: int) -> None:
+        params = lc.llama_context_default_params()
+        params.embeddings = True
+        params.pooling_type = _POOLING[pooling]
+        params.n_ctx = n_ctx
+        params.n_batch = n_ctx
+        params.n_ubatch = n_ctx
+        params.n_seq_max = n_seq
+        params.kv_unified = True
+        params.n_threads = n_threads
+        params.n_threads_batch = n_threads
+        params.no_perf = True
+        self._ctx = lc.llama_init_from_model(model, params)
+        if not self._ctx:
+            raise ModelLoadError("llama.cpp could not create the embedding context")
+        self._memory = lc.llama_get_memory(self._ctx)
+        self.pooling = POOLING_NAMES.get(int(lc.llama_pooling_type(self._ctx)), "none")
+        self.n_ctx = int(lc.llama_n_batch(self._ctx))
+        self.n_seq = int(lc.llama_n_seq_max(self._ctx))
+        self.n_embd = int(lc.llama_model_n_embd(model))
+        self.n_cls_out = max(1, int(lc.llama_model_n_cls_out(model)))
+        self._batch = lc.llama_batch_init(self.n_ctx, 0, 1)
+
+    def embed(self, inputs: Sequence[Sequence[int]]) -> list[list[list[float]]]:
+        """One vector per input (pooled), one per token (pooling none), or the rank scores."""
+        total = sum(len(tokens) for tokens in inputs)
+        if not inputs or total > self.n_ctx or len(inputs) > self.n_seq or any(not t for t in inputs):
+            raise DecodeError(-1)
+        raw = self._batch
+        index = 0
+        spans = []
+        for seq, tokens in enumerate(inputs):
+            spans.append((index, len(tokens)))
+            for pos, token in enumerate(tokens):
+                raw.token[index] = token
+                raw.pos[index] = pos
+                raw.n_seq_id[index] = 1
+                raw.seq_id[index][0] = seq
+                raw.logits[index] = True
+                index += 1
+        raw.n_tokens = total
+        lc.llama_memory_clear(self._memory, True)
+        code = lc.llama_decode(self._ctx, raw)
+        try:
+            if code != 0:
+                raise DecodeError(int(code))
+            width = self.n_cls_out if self.pooling == "rank" else self.n_embd
+            results: list[list[list[float]]] = []
+            for seq, (start, length) in enumerate(spans):
+                if self.pooling == "none":
+                    rows = [lc.llama_get_embeddings_ith(self._ctx, start + i)[: self.n_embd] for i in range(length)]
+                else:
+                    rows = [lc.llama_get_embeddings_seq(self._ctx, seq)[:width]]
+                results.append([list(map(float, row)) for row in rows])
+            return results
+        finally:
+            lc.llama_memory_clear(self._memory, True)
+
+    def close(self) -> None:
+        if self._ctx:
+            lc.llama_batch_free(self._batch)
+            lc.llama_free(self._ctx)
+            self._ctx = None
+
+
 class LlamaBackend:
     """A loaded model and its context. Used by the engine thread only (the vocabulary aside)."""
 
@@ -283,6 +359,16 @@ class LlamaBackend:
         self.n_ctx_seq = int(lc.llama_n_ctx_seq(self._ctx))
         self.n_batch = int(lc.llama_n_batch(self._ctx))  # llama.cpp may lower it: read it back
         self._batch = lc.llama_batch_init(self.n_batch, 0, 1)
+        self._config = config
+        self._adapters: list[Any] = []
+        for path in config.loras:
+            adapter = lc.llama_adapter_lora_init(self._model, path.encode())
+            if not adapter:
+                self.close()
+                raise ModelLoadError(f"llama.cpp could not load the LoRA adapter {path}")
+            self._adapters.append(adapter)
+        self._lora: tuple[float, ...] = ()
+        self._embedder: LlamaEmbedder | None = None
         self.vocab = LlamaVocabulary(self._model, vocab)
         self.info = self._read_info(config.model_path, vocab)
         self._warm_up(vocab)
@@ -293,6 +379,15 @@ class LlamaBackend:
         token = lc.llama_vocab_bos(vocab)
         self.decode([BatchToken(token if token >= 0 else 0, 0, 0, True)])
         lc.llama_memory_clear(self._memory, True)
+
+    def _declared_pooling(self) -> str:
+        """The pooling the model's metadata declares (rank for rerankers), or "unspecified"."""
+        arch = _meta(self._model, "general.architecture") or ""
+        value = _meta(self._model, f"{arch}.pooling_type")
+        try:
+            return POOLING_NAMES.get(int(value), "unspecified") if value is not None else "unspecified"
+        except ValueError:
+            return "unspecified"
 
     def _read_info(self, path: str, vocab: Any) -> ModelInfo:
         desc = ctypes.create_string_buffer(256)
@@ -315,6 +410,7 @@ class LlamaBackend:
             chat_template=template.decode("utf-8", "replace") if template else None,
             description=desc.value.decode("utf-8", "replace"),
             build_info=f"b{lc.__version__}-llama-cpp-python",
+            pooling=self._declared_pooling(),
         )
 
     def decode(self, batch: Sequence[BatchToken]) -> None:
@@ -416,7 +512,54 @@ class LlamaBackend:
         lc.llama_memory_seq_rm(self._memory, seq, -1, -1)
         return False
 
+    @property
+    def lora_paths(self) -> tuple[str, ...]:
+        return self._config.loras
+
+    def set_lora(self, scales: tuple[float, ...]) -> None:
+        """Scales for the loaded adapters, for the next decodes (a no-op when unchanged)."""
+        if scales == self._lora or not self._adapters:
+            return
+        pairs = [(adapter, scale) for adapter, scale in zip(self._adapters, scales, strict=False) if scale != 0.0]
+        adapters = (lc.llama_adapter_lora_p_ctypes * max(1, len(pairs)))(*[a for a, _ in pairs])
+        values = (ctypes.c_float * max(1, len(pairs)))(*[v for _, v in pairs])
+        if lc.llama_set_adapters_lora(self._ctx, adapters, len(pairs), values) != 0:
+            raise DecodeError(-2)
+        self._lora = scales
+
+    def save_sequence(self, seq: int, path: str, tokens: Sequence[int]) -> int:
+        array = (lc.llama_token * max(1, len(tokens)))(*tokens)
+        return int(lc.llama_state_seq_save_file(self._ctx, path.encode(), seq, array, len(tokens)))
+
+    def load_sequence(self, seq: int, path: str) -> tuple[list[int], int] | None:
+        """The tokens restored into ``seq`` and the bytes read, or None if the file is unusable."""
+        capacity = self.n_ctx_seq
+        array = (lc.llama_token * capacity)()
+        count = ctypes.c_size_t(0)
+        read = lc.llama_state_seq_load_file(self._ctx, path.encode(), seq, array, capacity, ctypes.byref(count))
+        if read == 0:
+            lc.llama_memory_seq_rm(self._memory, seq, -1, -1)
+            return None
+        return list(array[: count.value]), int(read)
+
+    def embedder(self) -> LlamaEmbedder:
+        """The embedding context on the same model, made on first use."""
+        if self._embedder is None:
+            config = self._config
+            if config.embed_pooling == "rank" and self.info.pooling != "rank":
+                raise UnsupportedError("this model has no classification head for reranking (its GGUF does not "
+                                       "declare rank pooling); serve a reranker model")
+            self._embedder = LlamaEmbedder(self._model, config.embed_pooling, config.embed_n_ctx,
+                                           config.embed_n_seq, config.n_threads_batch)
+        return self._embedder
+
     def close(self) -> None:
+        if self._embedder is not None:
+            self._embedder.close()
+            self._embedder = None
+        for adapter in self._adapters:
+            lc.llama_adapter_lora_free(adapter)
+        self._adapters = []
         if self._ctx:
             lc.llama_batch_free(self._batch)
             lc.llama_free(self._ctx)

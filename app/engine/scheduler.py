@@ -15,11 +15,11 @@ from collections import deque
 from dataclasses import dataclass, replace
 
 from app.engine.backend import Backend, BatchToken
-from app.engine.errors import CancelledError, DecodeError, EngineError
-from app.engine.slots import Job, Slot, SlotState
+from app.engine.errors import CancelledError, ContextExceededError, DecodeError, EngineError
+from app.engine.slots import ControlJob, EmbedJob, Job, Slot, SlotState
 from app.engine.stats import StatsRecorder
 from app.engine.text import scan_for_stop
-from app.engine.types import Completion, FinishReason, Timings, TokenChunk
+from app.engine.types import Completion, EmbeddingResult, FinishReason, Timings, TokenChunk
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +40,9 @@ class Scheduler:
         self.options = options
         self.slots = [Slot(index) for index in range(backend.n_seq)]
         self.pending: deque[Job] = deque()
+        self.embeddings: deque[EmbedJob] = deque()
+        self.controls: deque[ControlJob] = deque()
+        self._lora_turn = 0
 
     @property
     def busy(self) -> bool:
@@ -47,6 +50,62 @@ class Scheduler:
 
     def report_load(self) -> None:
         self.stats.on_load(sum(slot.busy for slot in self.slots), len(self.pending))
+
+    # ---- work besides generation ----------------------------------------------------------
+
+    def run_controls(self) -> None:
+        while self.controls:
+            job = self.controls.popleft()
+            try:
+                outcome: object = job.action(self)
+            except Exception as exc:
+                outcome = exc
+            job.sink.put((0, outcome))
+
+    def run_embeddings(self) -> None:
+        """One embedding decode: as many queued inputs as fit (from one or more jobs)."""
+        if not self.embeddings:
+            return
+        try:
+            embedder = self.backend.embedder()
+        except EngineError as exc:
+            while self.embeddings:
+                self.embeddings.popleft().sink.put((0, exc))
+            return
+        for job in list(self.embeddings):
+            longest = max(len(tokens) for tokens in job.inputs)
+            if longest > embedder.n_ctx:
+                self.embeddings.remove(job)
+                job.sink.put((0, ContextExceededError(longest, embedder.n_ctx)))
+        batch: list[tuple[EmbedJob, int]] = []
+        tokens = 0
+        for job in self.embeddings:
+            for number in range(job.done, len(job.inputs)):
+                size = len(job.inputs[number])
+                if batch and (tokens + size > embedder.n_ctx or len(batch) >= embedder.n_seq):
+                    break
+                batch.append((job, number))
+                tokens += size
+            else:
+                continue
+            break
+        if not batch:
+            return
+        try:
+            vectors = embedder.embed([job.inputs[number] for job, number in batch])
+        except EngineError as exc:
+            for job in {id(job): job for job, _ in batch}.values():
+                self.embeddings.remove(job)
+                job.sink.put((0, exc))
+            return
+        self.stats.on_decode(tokens, len(batch))
+        for (job, number), result in zip(batch, vectors, strict=True):
+            job.results[number] = result
+            job.done = number + 1
+        while self.embeddings and self.embeddings[0].done == len(self.embeddings[0].inputs):
+            job = self.embeddings.popleft()
+            job.sink.put((0, EmbeddingResult(tuple(job.results), tuple(len(t) for t in job.inputs),
+                                             embedder.pooling)))
 
     # ---- admission -------------------------------------------------------------------------
 
@@ -112,11 +171,29 @@ class Scheduler:
 
     # ---- one step --------------------------------------------------------------------------
 
+    def _lora_group(self) -> tuple[float, ...] | None:
+        """Adapter scales apply to a whole decode: each step serves the slots of one setting,
+        taking the settings in turn when running jobs differ."""
+        settings: list[tuple[float, ...] | None] = []
+        for slot in self.slots:
+            if slot.job is not None and slot.state is not SlotState.FOLLOW:
+                lora = slot.job.request.lora
+                if lora not in settings:
+                    settings.append(lora)
+        if not settings:
+            return None
+        self._lora_turn += 1
+        return settings[self._lora_turn % len(settings)]
+
     def step(self) -> None:
         self._drop_cancelled()
+        lora = self._lora_group()
+        members = {slot.id for slot in self.slots if slot.job is not None and slot.job.request.lora == lora}
         batch: list[BatchToken] = []
         outputs: list[tuple[Slot, int]] = []
         for slot in self.slots:
+            if slot.id not in members:
+                continue
             if slot.state is SlotState.GENERATE:
                 outputs.append((slot, len(batch)))
                 batch.append(BatchToken(slot.next_token, len(slot.cached), slot.id, True))
@@ -125,7 +202,7 @@ class Scheduler:
             room = self.backend.n_batch - len(batch)
             if room <= 0:
                 break
-            if slot.state is not SlotState.PREFILL:
+            if slot.state is not SlotState.PREFILL or slot.id not in members:
                 continue
             chunk, slot.pending = slot.pending[:room], slot.pending[room:]
             for token in chunk:
@@ -138,6 +215,7 @@ class Scheduler:
             return
         in_batch = {token.seq for token in batch}
         try:
+            self.backend.set_lora(lora or ())
             self.backend.decode(batch)
         except DecodeError as exc:
             log.error("llama_decode failed (%s) for slots %s", exc.code, sorted(in_batch))
@@ -294,3 +372,9 @@ class Scheduler:
             for member in job.family:
                 member.emit(error)
         self.pending.clear()
+        for embed in self.embeddings:
+            embed.sink.put((0, error))
+        for control in self.controls:
+            control.sink.put((0, error))
+        self.embeddings.clear()
+        self.controls.clear()

@@ -6,9 +6,10 @@ import enum
 import queue
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from itertools import count
+from typing import Any
 
 from app.engine.backend import Sampler
 from app.engine.errors import EngineError
@@ -17,7 +18,7 @@ from app.engine.types import GenerationRequest, JobEvent, TokenProbs
 
 _job_ids = count()
 
-EventSink = queue.SimpleQueue[tuple[int, "JobEvent | EngineError"]]
+EventSink = queue.SimpleQueue[tuple[int, Any]]
 
 
 class Job:
@@ -49,6 +50,24 @@ class Job:
     @property
     def cancelled(self) -> bool:
         return self._cancelled.is_set()
+
+
+class EmbedJob:
+    """Token inputs to embed; the engine emits one ``EmbeddingResult`` (or an error)."""
+
+    def __init__(self, inputs: tuple[tuple[int, ...], ...], sink: EventSink | None = None) -> None:
+        self.inputs = inputs
+        self.sink: EventSink = sink if sink is not None else queue.SimpleQueue()
+        self.results: list[list[list[float]]] = [[] for _ in inputs]
+        self.done = 0  # inputs embedded so far (in order)
+
+
+class ControlJob:
+    """Something to do on the engine thread between steps (slot files, ...); emits its result."""
+
+    def __init__(self, action: Callable[[Any], Any]) -> None:
+        self.action = action
+        self.sink: queue.SimpleQueue[tuple[int, Any]] = queue.SimpleQueue()
 
 
 class SlotState(enum.Enum):

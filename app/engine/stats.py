@@ -18,6 +18,7 @@ class EngineStats:
     max_sequences_per_decode: int = 0
     requests_processing: int = 0
     requests_deferred: int = 0
+    sleeping: bool = False
 
     @property
     def busy_slots_per_decode(self) -> float:
@@ -75,6 +76,10 @@ class StatsRecorder:
                 tokens_predicted_total=stats.tokens_predicted_total + n_tokens,
                 tokens_predicted_seconds_total=stats.tokens_predicted_seconds_total + seconds,
             )
+
+    def on_sleep(self, sleeping: bool) -> None:
+        with self._lock:
+            self._stats = replace(self._stats, sleeping=sleeping, requests_processing=0)
 
     def on_load(self, processing: int, deferred: int) -> None:
         with self._lock:

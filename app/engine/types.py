@@ -69,6 +69,7 @@ class GenerationRequest:
     n_keep: int = 0
     n_indent: int = 0
     t_max_predict_ms: int = -1
+    lora: tuple[float, ...] | None = None  # adapter scales; None: the global scales at submit time
 
 
 @dataclass(frozen=True)
@@ -124,3 +125,12 @@ class Completion:
 
 
 JobEvent = TokenChunk | Completion
+
+
+@dataclass(frozen=True)
+class EmbeddingResult:
+    """Per input: one vector (pooled), one per token (pooling none), or the rank scores."""
+
+    vectors: tuple[list[list[float]], ...]
+    n_tokens: tuple[int, ...]
+    pooling: str

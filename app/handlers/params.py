@@ -16,8 +16,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from app.context import ServerContext
 from app.engine import RANDOM_SEED, GenerationRequest, SamplingParams
 from app.engine.types import DEFAULT_DRY_BREAKERS, DEFAULT_SAMPLERS
-from app.errors import InvalidRequestError
+from app.errors import InvalidRequestError, NotSupportedError
 from app.handlers.json_schema import tighten
+from app.handlers.lora import scales_from
 
 log = logging.getLogger(__name__)
 
@@ -102,6 +103,7 @@ class GenerationFields(BaseModel):
     post_sampling_probs: bool = False
     grammar: str | None = None
     json_schema: dict[str, Any] | None = None
+    lora: list[Any] | None = None
 
     def requested_n_predict(self) -> int:
         for value in (self.n_predict, self.max_completion_tokens, self.max_tokens):
@@ -251,8 +253,11 @@ def generation_request(
     grammar: str | None = None,
     n_probs: int | None = None,
 ) -> GenerationRequest:
+    if ctx.settings.embeddings or ctx.settings.reranking:  # llama-server: both make an embedding-only server
+        raise NotSupportedError("This server does not support completions. Start it without `--embeddings`")
     if grammar is None:
         grammar = grammar_for(ctx, fields.grammar, fields.json_schema, "json_schema")
+    lora = None if fields.lora is None else scales_from(fields.lora, len(ctx.settings.lora_adapters), "lora")
     return GenerationRequest(
         prompt=tuple(prompt),
         sampling=sampling_params(ctx, fields, grammar, n_probs),
@@ -263,4 +268,5 @@ def generation_request(
         n_keep=fields.n_keep,
         n_indent=fields.n_indent,
         t_max_predict_ms=fields.t_max_predict_ms,
+        lora=lora,
     )

@@ -9,7 +9,7 @@ from app.api import ApiReply, ApiRequest
 from app.context import ServerContext
 from app.engine import GenerationRequest, SlotView
 from app.errors import NotSupportedError, UnavailableError
-from app.handlers.params import GenerationFields, generation_request
+from app.handlers.params import GenerationFields, sampling_params
 from app.handlers.shapes import generation_settings
 from app.metrics import CONTENT_TYPE
 
@@ -19,7 +19,7 @@ def get_health(ctx: ServerContext, request: ApiRequest) -> ApiReply:
 
 
 def _default_request(ctx: ServerContext) -> GenerationRequest:
-    return generation_request(ctx, GenerationFields(), [0])
+    return GenerationRequest(prompt=(0,), sampling=sampling_params(ctx, GenerationFields()))
 
 
 def get_props(ctx: ServerContext, request: ApiRequest) -> ApiReply:
@@ -45,7 +45,7 @@ def get_props(ctx: ServerContext, request: ApiRequest) -> ApiReply:
         "bos_token": info.bos_token,
         "eos_token": info.eos_token,
         "build_info": info.build_info,
-        "is_sleeping": False,
+        "is_sleeping": ctx.engine.is_sleeping,
     })
 
 

@@ -411,3 +411,71 @@ def test_t_max_predict_ms_stops_at_the_next_new_line() -> None:
         assert final.text.count("\n") == 1
     finally:
         engine.stop()
+
+
+def test_embeddings_are_packed_into_as_few_decodes_as_fit(backend: FakeBackend) -> None:
+    from app.engine import EmbeddingResult
+
+    engine = start(backend, embed_n_ctx=64)
+
+    inputs = [encode("x" * n) for n in (10, 20, 30, 5, 5, 5, 5)]
+    job = engine.submit_embeddings(inputs)
+    _, result = job.sink.get(timeout=5)
+    assert isinstance(result, EmbeddingResult)
+    assert [vectors[0][0] for vectors in result.vectors] == [10.0, 20.0, 30.0, 5.0, 5.0, 5.0, 5.0]
+    assert result.n_tokens == (10, 20, 30, 5, 5, 5, 5)
+    assert backend.embedder().calls == [3, 4]  # 60 tokens, then 4 inputs (the embedder's n_seq)
+    with pytest.raises(ContextExceededError):
+        engine.submit_embeddings([encode("y" * 65)])
+    with pytest.raises(InvalidJobError, match="empty"):
+        engine.submit_embeddings([])
+    engine.stop()
+
+
+def test_an_input_over_the_embedding_context_fails_alone(backend: FakeBackend, engine: Engine) -> None:
+    job = engine.submit_embeddings([encode("z" * 100)])  # the engine allows 512, the context holds 64
+    _, outcome = job.sink.get(timeout=5)
+    assert isinstance(outcome, ContextExceededError) and outcome.n_ctx == 64
+    assert isinstance(events_of(engine.submit(request("still fine")))[-1], Completion)
+
+
+def test_jobs_with_different_lora_scales_never_share_a_decode(backend: FakeBackend, engine: Engine) -> None:
+    plain = engine.submit(request("one", lora=(0.0,)))
+    adapted = engine.submit(request("two", lora=(1.0,)))
+    assert isinstance(events_of(plain)[-1], Completion) and isinstance(events_of(adapted)[-1], Completion)
+    for batch, scales in zip(backend.batches, backend.lora_history[-len(backend.batches):], strict=False):
+        seqs = {entry.seq for entry in batch}
+        assert len(seqs) == 1 or scales in ((0.0,), (1.0,))
+    assert (0.0,) in backend.lora_history and (1.0,) in backend.lora_history
+    assert backend.max_sequences_in_one_decode() == 1
+
+
+def test_control_actions_run_on_the_engine_thread(engine: Engine) -> None:
+    seen: list[str] = []
+    assert engine.control(lambda scheduler: seen.append(threading.current_thread().name) or len(scheduler.slots)) == 4
+    assert seen == ["engine"]
+    with pytest.raises(ValueError):
+        engine.control(lambda scheduler: (_ for _ in ()).throw(ValueError("boom")))
+
+
+def test_idle_sleep_frees_the_backend_and_wakes_for_work() -> None:
+    loads: list[FakeBackend] = []
+
+    def factory() -> FakeBackend:
+        loads.append(FakeBackend())
+        return loads[-1]
+
+    engine = Engine(factory, EngineOptions(sleep_idle_seconds=0.2))  # type: ignore[arg-type]
+    engine.start()
+    try:
+        assert engine.wait_ready(5)
+        deadline = time.monotonic() + 5
+        while not engine.is_sleeping and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert engine.is_sleeping and loads[0].closed
+        assert engine.info.name == "fake" and engine.n_slots == 4  # answered without waking
+        assert engine.is_sleeping
+        final = events_of(engine.submit(request("wake up")))[-1]
+        assert isinstance(final, Completion) and len(loads) == 2
+    finally:
+        engine.stop()

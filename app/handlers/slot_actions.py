@@ -1,0 +1,55 @@
+"""POST /slots/{id}?action=save|restore|erase, with --slot-save-path."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from app.api import ApiReply, ApiRequest
+from app.context import ServerContext
+from app.engine.slot_files import erase_slot, restore_slot, save_slot
+from app.errors import InvalidRequestError, NotSupportedError
+
+ACTIONS = ("save", "restore", "erase")
+
+
+def valid_filename(name: Any) -> bool:
+    """A plain file name: no directories, no '..', not absolute, nothing unprintable."""
+    if not isinstance(name, str) or not name or len(name) > 255:
+        return False
+    if name in (".", "..") or "/" in name or "\\" in name or "\0" in name or name.startswith("."):
+        return False
+    return name.isprintable()
+
+
+def _slot_id(ctx: ServerContext, raw: str) -> int:
+    try:
+        slot = int(raw)
+    except ValueError:
+        raise InvalidRequestError("Invalid slot ID") from None
+    if not 0 <= slot < ctx.engine.n_slots:
+        raise InvalidRequestError(f"Invalid slot ID: {slot} (this server has slots 0..{ctx.engine.n_slots - 1})")
+    return slot
+
+
+def post_slot_action(ctx: ServerContext, request: ApiRequest) -> ApiReply:
+    if not ctx.settings.slot_save_path:
+        raise NotSupportedError("This server does not support slots action. Start it with `--slot-save-path`")
+    slot = _slot_id(ctx, request.path_params.get("id_slot", ""))
+    action = request.params.get("action")
+    if action not in ACTIONS:
+        raise InvalidRequestError(f"Invalid action: {action!r} (use one of {', '.join(ACTIONS)})")
+    if action == "erase":
+        erased = ctx.engine.control(lambda scheduler: erase_slot(scheduler, slot))
+        return ApiReply(body={"id_slot": slot, "n_erased": erased.n_tokens})
+    filename = request.json_object().get("filename")
+    if not isinstance(filename, str) or not valid_filename(filename):
+        raise InvalidRequestError("Invalid filename")
+    path = os.path.join(ctx.settings.slot_save_path, filename)
+    if action == "save":
+        saved = ctx.engine.control(lambda scheduler: save_slot(scheduler, slot, path))
+        return ApiReply(body={"id_slot": slot, "filename": filename, "n_saved": saved.n_tokens,
+                              "n_written": saved.n_bytes, "timings": {"save_ms": saved.ms}})
+    restored = ctx.engine.control(lambda scheduler: restore_slot(scheduler, slot, path))
+    return ApiReply(body={"id_slot": slot, "filename": filename, "n_restored": restored.n_tokens,
+                          "n_read": restored.n_bytes, "timings": {"restore_ms": restored.ms}})

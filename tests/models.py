@@ -1,0 +1,95 @@
+"""Small GGUF files the tests make with the gguf package (no model hub here): a reranker with
+random weights, and a LoRA adapter for the embedded SmolLM2 model."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import gguf
+import numpy as np
+
+WORDS = ["the", "a", "cat", "dog", "sat", "on", "mat", "sun", "is", "hot", "cold", "paris", "france",
+         "capital", "of", "what", "where", "red", "blue", "sky", "sea", "big", "small", "fish", "bird"]
+
+
+def make_reranker(path: Path, seed: int = 0, n_embd: int = 32, n_layer: int = 2) -> Path:
+    """A tiny BERT cross-encoder: WordPiece vocabulary, two layers, a classification head, and
+    rank pooling declared in its metadata. Random weights: its scores mean nothing, but they are
+    computed by llama.cpp's real reranking path."""
+    rng = np.random.default_rng(seed)
+    tokens = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *("\u2581" + w for w in WORDS),
+              *"abcdefghijklmnopqrstuvwxyz"]
+    n_vocab, n_ff, n_ctx = len(tokens), 2 * n_embd, 128
+    writer = gguf.GGUFWriter(str(path), arch="bert")
+    writer.add_name("test-reranker")
+    writer.add_context_length(n_ctx)
+    writer.add_embedding_length(n_embd)
+    writer.add_feed_forward_length(n_ff)
+    writer.add_block_count(n_layer)
+    writer.add_head_count(2)
+    writer.add_layer_norm_eps(1e-12)
+    writer.add_causal_attention(False)
+    writer.add_pooling_type(gguf.PoolingType.RANK)
+    writer.add_token_type_count(2)
+    writer.add_tokenizer_model("bert")
+    writer.add_token_list(tokens)
+    writer.add_token_types([gguf.TokenType.CONTROL] * 5 + [gguf.TokenType.NORMAL] * (n_vocab - 5))
+    writer.add_bos_token_id(2)
+    writer.add_eos_token_id(3)
+    writer.add_sep_token_id(3)
+    writer.add_pad_token_id(0)
+    writer.add_unk_token_id(1)
+    writer.add_mask_token_id(4)
+
+    def tensor(name: str, *shape: int, scale: float = 0.2) -> None:
+        writer.add_tensor(name, (rng.standard_normal(shape) * scale).astype(np.float32))
+
+    def norm(name: str) -> None:
+        writer.add_tensor(f"{name}.weight", np.ones(n_embd, dtype=np.float32))
+        writer.add_tensor(f"{name}.bias", np.zeros(n_embd, dtype=np.float32))
+
+    tensor("token_embd.weight", n_vocab, n_embd)
+    tensor("token_types.weight", 2, n_embd)
+    tensor("position_embd.weight", n_ctx, n_embd)
+    norm("token_embd_norm")
+    for layer in range(n_layer):
+        for part in ("attn_q", "attn_k", "attn_v", "attn_output"):
+            tensor(f"blk.{layer}.{part}.weight", n_embd, n_embd)
+            tensor(f"blk.{layer}.{part}.bias", n_embd)
+        norm(f"blk.{layer}.attn_output_norm")
+        tensor(f"blk.{layer}.ffn_up.weight", n_ff, n_embd)
+        tensor(f"blk.{layer}.ffn_up.bias", n_ff)
+        tensor(f"blk.{layer}.ffn_down.weight", n_embd, n_ff)
+        tensor(f"blk.{layer}.ffn_down.bias", n_embd)
+        norm(f"blk.{layer}.layer_output_norm")
+    tensor("cls.weight", n_embd, n_embd)
+    tensor("cls.bias", n_embd)
+    tensor("cls.output.weight", 1, n_embd, scale=1.0)
+    tensor("cls.output.bias", 1)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+def make_lora(path: Path, base: Path, rank: int = 4, seed: int = 0, scale: float = 0.05) -> Path:
+    """A LoRA adapter for ``base`` (a llama-architecture GGUF) on every layer's attn_q and attn_v."""
+    reader = gguf.GGUFReader(str(base))
+    shapes = {tensor.name: [int(n) for n in tensor.shape] for tensor in reader.tensors}
+    rng = np.random.default_rng(seed)
+    writer = gguf.GGUFWriter(str(path), arch="llama")
+    writer.add_string("general.type", "adapter")
+    writer.add_string("adapter.type", "lora")
+    writer.add_float32("adapter.lora.alpha", float(rank))
+    for name, shape in sorted(shapes.items()):
+        if not name.endswith(("attn_q.weight", "attn_v.weight")):
+            continue
+        n_in, n_out = shape  # ggml order: inputs first
+        writer.add_tensor(f"{name}.lora_a", (rng.standard_normal((rank, n_in)) * scale).astype(np.float32))
+        writer.add_tensor(f"{name}.lora_b", (rng.standard_normal((n_out, rank)) * scale).astype(np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
