@@ -13,6 +13,8 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from pydantic import BaseModel
+
 from app.errors import InvalidRequestError, error_body, is_expected
 
 __all__ = [
@@ -143,3 +145,6 @@ class Route:
     name: str
     handler: Handler
     public: bool = False
+    body: type[BaseModel] | None = None  # the request schema the handler validates with
+    streams: bool = False  # may answer text/event-stream
+    summary: str = ""

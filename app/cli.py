@@ -7,6 +7,8 @@ port is bound at once and the model loads on the engine thread in the background
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import logging
 import os
 import sys
@@ -33,9 +35,10 @@ def listen_port(settings: Settings, vertex: VertexEnvironment | None) -> int:
     return vertex.port
 
 
-def gunicorn_options(settings: Settings, port: int) -> dict[str, Any]:
+def gunicorn_options(settings: Settings, port: int, json_lines: bool = False) -> dict[str, Any]:
     host = f"[{settings.host}]" if ":" in settings.host else settings.host
     return {
+        "logger_class": "app.gunicorn_server.JsonLinesLogger" if json_lines else None,
         "bind": [f"{host}:{port}"],
         "workers": 1,
         "worker_class": "gthread",
@@ -44,7 +47,6 @@ def gunicorn_options(settings: Settings, port: int) -> dict[str, Any]:
         "timeout": settings.timeout,
         "graceful_timeout": GRACEFUL_SHUTDOWN_SECONDS,
         "keepalive": 5,
-        "accesslog": "-" if settings.verbose else None,
         "errorlog": "-",
         "loglevel": "debug" if settings.verbose else "info",
         "proc_name": "vertex-llama",
@@ -86,4 +88,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     from app.gunicorn_server import ContainerServer
 
     log.info("serving %s on %s:%s (%s slots)", model_path, settings.host, port, settings.slot_count)
-    ContainerServer(settings, model_path, vertex, gunicorn_options(settings, port)).run()
+    log.info("settings: %s", json.dumps(public_settings(settings), sort_keys=True))
+    json_lines = os.environ.get("AIP_MODE") == "PREDICTION"
+    ContainerServer(settings, model_path, vertex, gunicorn_options(settings, port, json_lines)).run()
+
+
+def public_settings(settings: Settings) -> dict[str, Any]:
+    """The settings for the log: API keys are never written, only how many there are."""
+    values = dataclasses.asdict(settings)
+    values["api_keys"] = f"{len(settings.api_keys)} key(s)"
+    return values

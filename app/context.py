@@ -6,6 +6,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+from app.api import Route
 from app.chat_template import ChatTemplate, choose_template
 from app.engine import Engine
 from app.metrics import MetricsExporter
@@ -22,6 +23,7 @@ class ServerContext:
     _template: ChatTemplate | None = None
     _template_lock: threading.Lock = field(default_factory=threading.Lock)
     metrics: MetricsExporter = field(init=False)
+    routes: tuple[Route, ...] = ()  # the whole table as served (Vertex routes included)
 
     def __post_init__(self) -> None:
         self.metrics = MetricsExporter(self.engine.stats)

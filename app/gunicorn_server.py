@@ -6,10 +6,22 @@ import signal
 from typing import Any
 
 from gunicorn.app.base import BaseApplication
+from gunicorn.glogging import Logger
 
+from app.logs import CloudLoggingFormatter
 from app.settings import Settings
 from app.wiring import Application, build_application
 from gcp import VertexEnvironment
+
+
+class JsonLinesLogger(Logger):  # type: ignore[misc]
+    """gunicorn's own log lines in the same Cloud Logging JSON as the application's."""
+
+    def setup(self, cfg: Any) -> None:
+        super().setup(cfg)
+        for logger in (self.error_log, self.access_log):
+            for handler in logger.handlers:
+                handler.setFormatter(CloudLoggingFormatter())
 
 
 class ContainerServer(BaseApplication):  # type: ignore[misc]

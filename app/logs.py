@@ -9,14 +9,19 @@ import sys
 
 class CloudLoggingFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
-        entry = {
-            "severity": record.levelname if record.levelname != "WARNING" else "WARNING",
-            "message": record.getMessage(),
+        message = record.getMessage()
+        if record.exc_info:
+            message += "\n" + self.formatException(record.exc_info)
+        entry: dict[str, object] = {
+            "severity": record.levelname,
+            "message": message,
             "logger": record.name,
             "time": self.formatTime(record, "%Y-%m-%dT%H:%M:%S%z"),
         }
-        if record.exc_info:
-            entry["message"] += "\n" + self.formatException(record.exc_info)
+        for key in ("httpRequest", "request_id", "tokens"):
+            value = getattr(record, key, None)
+            if value is not None:
+                entry[key] = value
         return json.dumps(entry, ensure_ascii=False)
 
 

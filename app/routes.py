@@ -9,15 +9,26 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from pydantic import BaseModel
+
 from app.api import ApiReply, ApiRequest, Handler, Route, guard
 from app.context import ServerContext
-from app.handlers.anthropic import post_count_tokens, post_messages
+from app.handlers.anthropic import CountTokensBody, MessagesBody, post_count_tokens, post_messages
 from app.handlers.chat import post_apply_template, post_chat_completions, post_chat_input_tokens
-from app.handlers.completions import post_completion, post_openai_completions
-from app.handlers.embeddings import post_embedding, post_openai_embeddings, post_rerank
-from app.handlers.infill import post_infill
-from app.handlers.lora import get_lora_adapters, post_lora_adapters
-from app.handlers.responses import post_responses, post_responses_input_tokens
+from app.handlers.chat_pipeline import ChatBody
+from app.handlers.completions import CompletionBody, post_completion, post_openai_completions
+from app.handlers.embeddings import (
+    NativeEmbeddingBody,
+    OpenAIEmbeddingBody,
+    RerankBody,
+    post_embedding,
+    post_openai_embeddings,
+    post_rerank,
+)
+from app.handlers.infill import InfillBody, post_infill
+from app.handlers.lora import LoraScalesBody, get_lora_adapters, post_lora_adapters
+from app.handlers.openapi import get_openapi
+from app.handlers.responses import ResponsesBody, post_responses, post_responses_input_tokens
 from app.handlers.server_info import (
     get_health,
     get_metrics,
@@ -26,8 +37,8 @@ from app.handlers.server_info import (
     get_slots,
     post_props,
 )
-from app.handlers.slot_actions import post_slot_action
-from app.handlers.tokens import post_detokenize, post_tokenize
+from app.handlers.slot_actions import SlotFileBody, post_slot_action
+from app.handlers.tokens import DetokenizeBody, TokenizeBody, post_detokenize, post_tokenize
 
 ContextHandler = Callable[[ServerContext, ApiRequest], ApiReply]
 
@@ -38,6 +49,8 @@ class RouteSpec:
     path: str
     handler: ContextHandler
     public: bool = False
+    body: type[BaseModel] | None = None
+    streams: bool = False
 
 
 ROUTES: tuple[RouteSpec, ...] = (
@@ -48,34 +61,35 @@ ROUTES: tuple[RouteSpec, ...] = (
     RouteSpec("POST", "/props", post_props),
     RouteSpec("GET", "/models", get_models, public=True),
     RouteSpec("GET", "/v1/models", get_models, public=True),
-    RouteSpec("POST", "/completion", post_completion),
-    RouteSpec("POST", "/completions", post_completion),
-    RouteSpec("POST", "/v1/completions", post_openai_completions),
-    RouteSpec("POST", "/chat/completions", post_chat_completions),
-    RouteSpec("POST", "/v1/chat/completions", post_chat_completions),
-    RouteSpec("POST", "/chat/completions/input_tokens", post_chat_input_tokens),
-    RouteSpec("POST", "/v1/chat/completions/input_tokens", post_chat_input_tokens),
-    RouteSpec("POST", "/v1/responses", post_responses),
-    RouteSpec("POST", "/responses", post_responses),
-    RouteSpec("POST", "/responses/input_tokens", post_responses_input_tokens),
-    RouteSpec("POST", "/v1/responses/input_tokens", post_responses_input_tokens),
-    RouteSpec("POST", "/v1/messages", post_messages),
-    RouteSpec("POST", "/v1/messages/count_tokens", post_count_tokens),
-    RouteSpec("POST", "/infill", post_infill),
-    RouteSpec("POST", "/embedding", post_embedding),
-    RouteSpec("POST", "/embeddings", post_embedding),
-    RouteSpec("POST", "/v1/embeddings", post_openai_embeddings),
-    RouteSpec("POST", "/rerank", post_rerank),
-    RouteSpec("POST", "/reranking", post_rerank),
-    RouteSpec("POST", "/v1/rerank", post_rerank),
-    RouteSpec("POST", "/v1/reranking", post_rerank),
-    RouteSpec("POST", "/tokenize", post_tokenize),
-    RouteSpec("POST", "/detokenize", post_detokenize),
-    RouteSpec("POST", "/apply-template", post_apply_template),
+    RouteSpec("POST", "/completion", post_completion, body=CompletionBody, streams=True),
+    RouteSpec("POST", "/completions", post_completion, body=CompletionBody, streams=True),
+    RouteSpec("POST", "/v1/completions", post_openai_completions, body=CompletionBody, streams=True),
+    RouteSpec("POST", "/chat/completions", post_chat_completions, body=ChatBody, streams=True),
+    RouteSpec("POST", "/v1/chat/completions", post_chat_completions, body=ChatBody, streams=True),
+    RouteSpec("POST", "/chat/completions/input_tokens", post_chat_input_tokens, body=ChatBody),
+    RouteSpec("POST", "/v1/chat/completions/input_tokens", post_chat_input_tokens, body=ChatBody),
+    RouteSpec("POST", "/v1/responses", post_responses, body=ResponsesBody, streams=True),
+    RouteSpec("POST", "/responses", post_responses, body=ResponsesBody, streams=True),
+    RouteSpec("POST", "/responses/input_tokens", post_responses_input_tokens, body=ResponsesBody),
+    RouteSpec("POST", "/v1/responses/input_tokens", post_responses_input_tokens, body=ResponsesBody),
+    RouteSpec("POST", "/v1/messages", post_messages, body=MessagesBody, streams=True),
+    RouteSpec("POST", "/v1/messages/count_tokens", post_count_tokens, body=CountTokensBody),
+    RouteSpec("POST", "/infill", post_infill, body=InfillBody, streams=True),
+    RouteSpec("POST", "/embedding", post_embedding, body=NativeEmbeddingBody),
+    RouteSpec("POST", "/embeddings", post_embedding, body=NativeEmbeddingBody),
+    RouteSpec("POST", "/v1/embeddings", post_openai_embeddings, body=OpenAIEmbeddingBody),
+    RouteSpec("POST", "/rerank", post_rerank, body=RerankBody),
+    RouteSpec("POST", "/reranking", post_rerank, body=RerankBody),
+    RouteSpec("POST", "/v1/rerank", post_rerank, body=RerankBody),
+    RouteSpec("POST", "/v1/reranking", post_rerank, body=RerankBody),
+    RouteSpec("POST", "/tokenize", post_tokenize, body=TokenizeBody),
+    RouteSpec("POST", "/detokenize", post_detokenize, body=DetokenizeBody),
+    RouteSpec("POST", "/apply-template", post_apply_template, body=ChatBody),
     RouteSpec("GET", "/lora-adapters", get_lora_adapters),
-    RouteSpec("POST", "/lora-adapters", post_lora_adapters),
+    RouteSpec("POST", "/lora-adapters", post_lora_adapters, body=LoraScalesBody),
     RouteSpec("GET", "/slots", get_slots),
-    RouteSpec("POST", "/slots/:id_slot", post_slot_action),
+    RouteSpec("POST", "/slots/:id_slot", post_slot_action, body=SlotFileBody),
+    RouteSpec("GET", "/openapi.json", get_openapi, public=True),
 )
 
 
@@ -88,5 +102,7 @@ def bind_routes(ctx: ServerContext, specs: Iterable[RouteSpec] = ROUTES) -> tupl
         return guard(call)
 
     return tuple(
-        Route(spec.method, spec.path, spec.handler.__name__, bound(spec), spec.public) for spec in specs
+        Route(spec.method, spec.path, spec.handler.__name__, bound(spec), spec.public, spec.body, spec.streams,
+              (spec.handler.__doc__ or "").strip().splitlines()[0] if spec.handler.__doc__ else "")
+        for spec in specs
     )

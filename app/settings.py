@@ -144,6 +144,12 @@ OPTIONS: tuple[Option, ...] = (
     Option("sleep_idle_seconds", ("--sleep-idle-seconds",), "int", -1,
            "free the model after this many idle seconds and load it again on the next request (-1: never)",
            env="LLAMA_ARG_SLEEP_IDLE_SECONDS", minimum=-1),
+    Option("max_queue", ("--max-queue",), "int", 64,
+           "requests that may wait for a free slot; more are answered 503 at once", env="LLAMA_ARG_MAX_QUEUE",
+           minimum=0),
+    Option("cors_origins", ("--cors-origins",), "str", "*",
+           "comma-separated origins allowed by CORS ('*': any origin, reflected)", env="LLAMA_ARG_CORS_ORIGINS",
+           metavar="ORIGINS"),
     Option("verbose", ("-v", "--verbose"), "bool", False, "verbose logging (llama.cpp logs too)",
            env="LLAMA_ARG_VERBOSE"),
 )
@@ -197,6 +203,8 @@ class Settings:
     lora_scaled: tuple[tuple[str, float], ...] = ()
     slot_save_path: str | None = None
     sleep_idle_seconds: int = -1
+    max_queue: int = 64
+    cors_origins: str = "*"
     verbose: bool = False
 
     @property

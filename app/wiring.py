@@ -89,6 +89,7 @@ def build_application(
             sleep_idle_seconds=settings.sleep_idle_seconds,
             embed_n_ctx=settings.ubatch_size,
             lora_scales=tuple(scale for _, scale in settings.lora_adapters),
+            max_queue=settings.max_queue,
         ),
     )
     context = ServerContext(settings, engine, model_path, api_keys=settings.all_api_keys())
@@ -96,9 +97,11 @@ def build_application(
     if vertex is not None:
         pool = ThreadPoolExecutor(max_workers=PREDICT_WORKERS, thread_name_prefix="predict")
         routes = vertex_routes(routes, vertex, pool, settings.predict_default_route)
+    context.routes = routes
     draining = threading.Event()
     flask = create_app(routes, lambda: engine.is_ready, context.api_keys, settings.route_prefix, context,
-                       max_body_bytes=settings.max_body_bytes, is_draining=draining.is_set)
+                       max_body_bytes=settings.max_body_bytes, is_draining=draining.is_set,
+                       cors_origins=settings.cors_origins)
     engine.on_load_failure = on_load_failure
     engine.on_ready = lambda: context.chat_template.check()
     engine.start()

@@ -20,6 +20,8 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict
+
 from app.api import ApiReply, ApiRequest, InvalidRequestError, Route, guard
 from gcp.aliases import AliasTable
 from gcp.environment import VertexEnvironment
@@ -28,6 +30,14 @@ log = logging.getLogger(__name__)
 
 MAX_INSTANCES = 128
 SHAPE_ROUTES = (("messages", "/v1/chat/completions"), ("prompt", "/v1/completions"))
+
+
+class PredictBody(BaseModel):
+    """Vertex AI's envelope; a body without ``instances`` is a raw predict for the default route."""
+
+    model_config = ConfigDict(extra="allow")
+    instances: list[Any] | None = None
+    parameters: dict[str, Any] | None = None
 
 
 def _instance_error(message: str) -> Any:
@@ -136,7 +146,8 @@ def vertex_routes(
         log.info("alias collision: %s", collision.describe())
     for route in predict.aliases.shadowed:
         log.info("predict: %s %s is not reachable (its path is bound to another method)", route.method, route.path)
-    added = [Route("POST", environment.predict_route, "post_predict", guard(predict))]
+    added = [Route("POST", environment.predict_route, "post_predict", guard(predict), body=PredictBody, streams=True,
+                   summary="Vertex AI predict: instances to predictions (also rawPredict, streamRawPredict)")]
     if environment.health_route and environment.health_route not in {route.path for route in routes}:
         health = next(route for route in routes if route.path == "/health")
         added.append(Route("GET", environment.health_route, health.name, health.handler, public=True))

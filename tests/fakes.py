@@ -106,6 +106,7 @@ class FakeBackend:
     fail_decodes: int = 0
     copies: list[tuple[int, int]] = field(default_factory=list)
     decode_seconds: float = 0.0
+    poison: int | None = None
     lora_history: list[tuple[float, ...]] = field(default_factory=list)
     _embedder: FakeEmbedder = field(default_factory=lambda: FakeEmbedder())
     closed: bool = False
@@ -122,6 +123,8 @@ class FakeBackend:
         assert 0 < len(batch) <= self.n_batch, f"batch of {len(batch)} tokens over n_batch {self.n_batch}"
         if self.decode_seconds:
             time.sleep(self.decode_seconds)
+        if self.poison is not None and any(entry.token == self.poison for entry in batch):
+            raise DecodeError(-3)
         if self.fail_decodes:
             self.fail_decodes -= 1
             raise DecodeError(-3)

@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from app.engine.backend import Backend, ModelInfo, Vocabulary
-from app.engine.errors import ContextExceededError, EngineError, InvalidJobError, NotReadyError
+from app.engine.errors import ContextExceededError, EngineError, InvalidJobError, NotReadyError, OverloadedError
 from app.engine.scheduler import Scheduler, SchedulerOptions
 from app.engine.slots import ControlJob, EmbedJob, EventSink, Job, Slot
 from app.engine.stats import EngineStats, StatsRecorder
@@ -38,6 +38,7 @@ class EngineOptions:
     sleep_idle_seconds: float = -1
     embed_n_ctx: int = 512
     lora_scales: tuple[float, ...] = ()  # the starting global scale of each --lora adapter
+    max_queue: int = 64  # jobs that may wait for a slot; more are refused with OverloadedError
 
 
 @dataclass(frozen=True)
@@ -83,6 +84,8 @@ class Engine:
         self._stats = StatsRecorder()
         self._lora_scales: tuple[float, ...] = self._options.lora_scales
         self._current: Scheduler | None = None
+        self._outstanding = 0  # submitted generation jobs (followers included) not finished yet
+        self._outstanding_lock = threading.Lock()
         self.on_load_failure: Callable[[BaseException], None] | None = None
         self.on_ready: Callable[[], None] | None = None
 
@@ -204,8 +207,26 @@ class Engine:
             if sampling.seed != RANDOM_SEED:
                 sampling = replace(sampling, seed=(sampling.seed + copy) % RANDOM_SEED)
             job.followers.append(Job(replace(request, sampling=sampling, id_slot=-1), job.sink, index + copy))
+        self._admit_to_queue(job.family, backend.n_seq)
         self._inbox.put(job)
         return job
+
+    def _admit_to_queue(self, family: list[Job], n_slots: int) -> None:
+        """Count the jobs in; refuse them when more than ``max_queue`` would wait for a slot."""
+        with self._outstanding_lock:
+            waiting = self._outstanding + len(family) - n_slots
+            if waiting > self._options.max_queue:
+                raise OverloadedError(
+                    f"the server is busy: {self._outstanding} requests are running or waiting "
+                    f"(at most {self._options.max_queue} may wait, --max-queue); try again shortly"
+                )
+            self._outstanding += len(family)
+        for member in family:
+            member.on_finish = self._job_finished
+
+    def _job_finished(self) -> None:
+        with self._outstanding_lock:
+            self._outstanding -= 1
 
     def submit_embeddings(self, inputs: Sequence[Sequence[int]], sink: EventSink | None = None) -> EmbedJob:
         """Queue token inputs for embedding; each must fit the embedding context."""
@@ -317,15 +338,19 @@ class Engine:
                 return None
             if busy or scheduler.pending or scheduler.embeddings:
                 idle_since = time.monotonic()
-            scheduler.run_controls()
-            scheduler.run_embeddings()
-            scheduler.admit()
-            scheduler.report_load()
-            if scheduler.busy:
-                scheduler.step()
-                idle_since = time.monotonic()
-            elif self._should_sleep(idle_since, scheduler):
-                return self._sleep_until_needed(scheduler)
+            try:
+                scheduler.run_controls()
+                scheduler.run_embeddings()
+                scheduler.admit()
+                scheduler.report_load()
+                if scheduler.busy:
+                    scheduler.step()
+                    idle_since = time.monotonic()
+                elif self._should_sleep(idle_since, scheduler):
+                    return self._sleep_until_needed(scheduler)
+            except Exception as exc:  # a bug must cost the running jobs, never the engine thread
+                log.exception("engine step failed; failing the running jobs and going on")
+                scheduler.fail_running(EngineError(f"internal error: {type(exc).__name__}: {exc}"))
 
     def _should_sleep(self, idle_since: float, scheduler: Scheduler) -> bool:
         limit = self._options.sleep_idle_seconds

@@ -467,16 +467,17 @@ class LlamaBackend:
         """One stage of the chain by llama-server's name; None where it would do nothing. Greedy
         picking keeps only the stages that change which token is best (penalties, DRY)."""
         if name == "penalties":
-            last_n = self.n_ctx_seq if params.repeat_last_n == -1 else params.repeat_last_n
+            last_n = self.n_ctx_seq if params.repeat_last_n == -1 else min(params.repeat_last_n, self.n_ctx_seq)
             if last_n == 0 or (params.repeat_penalty == 1.0 and params.frequency_penalty == 0.0
                                and params.presence_penalty == 0.0):
                 return None
-            return lc.llama_sampler_init_penalties(last_n, params.repeat_penalty, params.frequency_penalty,
-                                                   params.presence_penalty)
+            return lc.llama_sampler_init_penalties(self.vocab.n_vocab, last_n, params.repeat_penalty,
+                                                   params.frequency_penalty, params.presence_penalty)
         if name == "dry":
             if params.dry_multiplier <= 0.0:
                 return None
-            last_n = self.n_ctx_seq if params.dry_penalty_last_n == -1 else params.dry_penalty_last_n
+            last_n = self.n_ctx_seq if params.dry_penalty_last_n == -1 else min(params.dry_penalty_last_n,
+                                                                                 self.n_ctx_seq)
             breakers = [b.encode() for b in params.dry_sequence_breakers]
             array = (ctypes.c_char_p * max(1, len(breakers)))(*breakers)
             return lc.llama_sampler_init_dry(self.vocab.handle, params.dry_multiplier, params.dry_base,

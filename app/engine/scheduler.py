@@ -125,9 +125,21 @@ class Scheduler:
                 if job.request.id_slot < 0:
                     break
                 continue
-            self._start(slots[0], job)
-            for slot, follower in zip(slots[1:], job.followers, strict=True):
-                self._follow(slot, follower, slots[0])
+            try:
+                self._start(slots[0], job)
+                for slot, follower in zip(slots[1:], job.followers, strict=True):
+                    self._follow(slot, follower, slots[0])
+            except Exception as exc:  # a job that cannot start fails alone
+                if isinstance(exc, EngineError):
+                    error = exc
+                else:
+                    log.exception("could not start job %s", job.id)
+                    error = EngineError(f"the job could not start: {exc}")
+                for slot in slots:
+                    if slot.job in job.family:
+                        slot.release()
+                for member in job.family:
+                    member.emit(error)
         waiting.extend(self.pending)
         self.pending = waiting
 
@@ -213,15 +225,31 @@ class Scheduler:
                 outputs.append((slot, len(batch) - 1))
         if not batch:
             return
+        self.backend.set_lora(lora or ())
+        self._decode(batch, outputs)
+
+    def _decode(self, batch: list[BatchToken], outputs: list[tuple[Slot, int]]) -> None:
+        """Decode and sample. If the decode fails for a batch of several sequences, each sequence
+        is tried again on its own (llama.cpp rolls back a failed decode), so a failure stays with
+        the job it belongs to and the others go on."""
         in_batch = {token.seq for token in batch}
         try:
-            self.backend.set_lora(lora or ())
             self.backend.decode(batch)
         except DecodeError as exc:
-            log.error("llama_decode failed (%s) for slots %s", exc.code, sorted(in_batch))
-            for slot in self.slots:
-                if slot.job is not None and (slot.id in in_batch or slot.leader is not None):
-                    self._fail(slot, exc)
+            if len(in_batch) == 1:
+                log.error("llama_decode failed (%s) for slot %s", exc.code, next(iter(in_batch)))
+                for slot in self.slots:
+                    if slot.job is not None and (slot.id in in_batch or (slot.leader is not None and
+                                                 slot.leader.id in in_batch)):
+                        self._fail(slot, exc)
+                return
+            log.warning("llama_decode failed (%s) for slots %s: retrying them one by one", exc.code,
+                        sorted(in_batch))
+            for seq in sorted(in_batch):
+                sub = [token for token in batch if token.seq == seq]
+                owner = next(slot for slot in self.slots if slot.id == seq)
+                sub_outputs = [(owner, i) for i, token in enumerate(sub) if token.logits]
+                self._decode(sub, sub_outputs)
             return
         self.stats.on_decode(len(batch), len(in_batch))
         for slot, index in outputs:
@@ -361,6 +389,11 @@ class Scheduler:
         slot.release()
         if job is not None:
             job.emit(error)
+
+    def fail_running(self, error: EngineError) -> None:
+        for slot in self.slots:
+            if slot.job is not None:
+                self._fail(slot, error)
 
     def fail_everything(self, error: EngineError) -> None:
         for slot in self.slots:

@@ -14,7 +14,7 @@ from typing import Any
 from app.engine.backend import Sampler
 from app.engine.errors import EngineError
 from app.engine.text import Utf8Stream
-from app.engine.types import GenerationRequest, JobEvent, TokenProbs
+from app.engine.types import GenerationRequest, JobEvent, TokenChunk, TokenProbs
 
 _job_ids = count()
 
@@ -32,6 +32,8 @@ class Job:
         self.sink: EventSink = sink if sink is not None else queue.SimpleQueue()
         self._cancelled = threading.Event()
         self.followers: list[Job] = []
+        self.on_finish: Callable[[], None] | None = None
+        self._finished = False
 
     @property
     def family(self) -> list[Job]:
@@ -40,6 +42,10 @@ class Job:
 
     def emit(self, event: JobEvent | EngineError) -> None:
         self.sink.put((self.index, event))
+        if not self._finished and not isinstance(event, TokenChunk):
+            self._finished = True
+            if self.on_finish is not None:
+                self.on_finish()
 
     def cancel(self) -> None:
         """Ask the engine to stop this job (and its followers); slots are free after the next step."""

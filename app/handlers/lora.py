@@ -4,9 +4,21 @@ from __future__ import annotations
 
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict, RootModel
+
 from app.api import ApiReply, ApiRequest
 from app.context import ServerContext
 from app.errors import InvalidRequestError
+
+
+class LoraScale(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    id: int
+    scale: float = 1.0
+
+
+class LoraScalesBody(RootModel[list[LoraScale]]):
+    """The body of POST /lora-adapters (validated by ``scales_from``, which names the bad entry)."""
 
 
 def get_lora_adapters(ctx: ServerContext, request: ApiRequest) -> ApiReply:

@@ -5,12 +5,21 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict
+
 from app.api import ApiReply, ApiRequest
 from app.context import ServerContext
 from app.engine.slot_files import erase_slot, restore_slot, save_slot
 from app.errors import InvalidRequestError, NotSupportedError
 
 ACTIONS = ("save", "restore", "erase")
+
+
+class SlotFileBody(BaseModel):
+    """The body of save and restore (erase takes none)."""
+
+    model_config = ConfigDict(extra="allow")
+    filename: str | None = None
 
 
 def valid_filename(name: Any) -> bool:

@@ -6,7 +6,7 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from flask import Flask, Response, request
+from flask import Flask, Response, g, request
 from werkzeug.exceptions import HTTPException, MethodNotAllowed, NotFound, RequestEntityTooLarge
 
 from app.api import ApiReply, ApiRequest, Route
@@ -17,6 +17,7 @@ from app.errors import (
     NotFoundError,
     PayloadTooLargeError,
 )
+from app.http.access_log import install_access_log
 from app.http.disconnect import disconnect_probe
 from app.http.middleware import install_middleware
 from app.http.render import to_response
@@ -31,6 +32,18 @@ def flask_rule(path: str) -> str:
     return "/".join(f"<{part[1:]}>" if part.startswith(":") else part for part in path.split("/"))
 
 
+def tokens_of(body: Any) -> int | None:
+    """Generated tokens, for the access log, from the shapes that carry them."""
+    if isinstance(body, dict):
+        usage = body.get("usage")
+        if isinstance(usage, dict):
+            value = usage.get("completion_tokens", usage.get("output_tokens"))
+            return value if isinstance(value, int) else None
+        value = body.get("tokens_predicted")
+        return value if isinstance(value, int) else None
+    return None
+
+
 def _view(route: Route) -> Callable[..., Response]:
     def view(**path_params: Any) -> Response:
         api_request = ApiRequest(
@@ -42,7 +55,9 @@ def _view(route: Route) -> Callable[..., Response]:
             path_params={key: str(value) for key, value in path_params.items()},
             should_stop=disconnect_probe(request.environ),
         )
-        return to_response(route.handler(api_request))
+        reply = route.handler(api_request)
+        g.tokens = tokens_of(reply.body)
+        return to_response(reply)
 
     return view
 
@@ -55,12 +70,14 @@ def create_app(
     state: Any = None,
     max_body_bytes: int | None = None,
     is_draining: Callable[[], bool] = lambda: False,
+    cors_origins: str = "*",
 ) -> Flask:
     app = Flask("vertex_llama")
     app.config["MAX_CONTENT_LENGTH"] = max_body_bytes
     app.extensions[EXTENSION] = state
     public = {prefix + route.path for route in routes if route.public}
-    install_middleware(app, is_ready, api_keys, public, is_draining)
+    install_access_log(app)
+    install_middleware(app, is_ready, api_keys, public, is_draining, cors_origins)
     for route in routes:
         app.add_url_rule(
             prefix + flask_rule(route.path),

@@ -33,7 +33,10 @@ def install_middleware(
     api_keys: Collection[str],
     public_paths: Collection[str],
     is_draining: Callable[[], bool] = lambda: False,
+    cors_origins: str = "*",
 ) -> None:
+    allowed = {origin.strip() for origin in cors_origins.split(",") if origin.strip()}
+
     @app.before_request
     def gate() -> Response | None:
         if request.method == "OPTIONS":
@@ -53,6 +56,7 @@ def install_middleware(
     @app.after_request
     def cors(response: Response) -> Response:
         origin = request.headers.get("Origin")
-        if origin:
+        if origin and ("*" in allowed or origin in allowed):
             response.headers["Access-Control-Allow-Origin"] = origin
+            response.headers["Vary"] = "Origin"
         return response

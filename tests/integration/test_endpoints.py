@@ -259,3 +259,20 @@ def test_logit_bias_and_ignore_eos_reach_the_sampler(vertex_server: Server) -> N
                                                  "ignore_eos": True}).json()
     assert forced["stop_type"] == "limit"
     assert forced["tokens_predicted"] == natural["tokens_predicted"] + 5
+
+
+def test_every_sampler_stage_runs_on_the_real_backend(vertex_server: Server) -> None:
+    base = {"prompt": "Once upon a time", "n_predict": 6, "seed": 11}
+    variants = [
+        {"repeat_penalty": 1.3, "presence_penalty": 0.5, "frequency_penalty": 0.5, "repeat_last_n": 32},
+        {"dry_multiplier": 0.8, "dry_penalty_last_n": 10**9},
+        {"xtc_probability": 0.5, "xtc_threshold": 0.1},
+        {"top_n_sigma": 1.0, "typical_p": 0.9, "dynatemp_range": 0.3},
+        {"mirostat": 1}, {"mirostat": 2},
+        {"temperature": 0, "repeat_penalty": 1.5, "repeat_last_n": 10**9},
+        {"presence_penalty": 3.5e197, "min_p": 2e195},
+    ]
+    for variant in variants:
+        reply = post(vertex_server, "/completion", {**base, **variant})
+        assert reply.status_code == 200, (variant, reply.text)
+        assert reply.json()["tokens_predicted"] >= 1

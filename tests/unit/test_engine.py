@@ -479,3 +479,48 @@ def test_idle_sleep_frees_the_backend_and_wakes_for_work() -> None:
         assert isinstance(final, Completion) and len(loads) == 2
     finally:
         engine.stop()
+
+
+def test_a_failing_sequence_fails_alone_and_the_batch_goes_on(backend: FakeBackend, engine: Engine) -> None:
+    backend.poison = encode("#")[0]
+    healthy = [engine.submit(request(f"fine {n}")) for n in range(3)]
+    doomed = engine.submit(request("bad # prompt"))
+    _, failure = doomed.sink.get(timeout=5)
+    assert isinstance(failure, DecodeError)
+    for job in healthy:
+        final = events_of(job)[-1]
+        assert isinstance(final, Completion) and final.text == "Hello, world!"
+
+
+def test_requests_beyond_the_queue_limit_are_refused() -> None:
+    from app.engine import OverloadedError
+
+    backend = FakeBackend(n_seq=1, reply_for=lambda prompt: "x" * 100, decode_seconds=0.01)
+    engine = start(backend, max_queue=2)
+    try:
+        jobs = [engine.submit(request(f"job {n}")) for n in range(3)]  # one running, two waiting
+        with pytest.raises(OverloadedError, match="--max-queue"):
+            engine.submit(request("one too many"))
+        for job in jobs:
+            assert isinstance(events_of(job, timeout=20)[-1], Completion)
+        assert isinstance(events_of(engine.submit(request("room again")), timeout=20)[-1], Completion)
+    finally:
+        engine.stop()
+
+
+def test_a_job_whose_sampler_cannot_be_made_fails_alone(backend: FakeBackend, engine: Engine) -> None:
+    from app.engine import EngineError, SamplingParams
+
+    original = backend.new_sampler
+
+    def picky(params: SamplingParams):  # type: ignore[no-untyped-def]
+        if params.presence_penalty > 1:
+            raise TypeError("broken binding")
+        return original(params)
+
+    backend.new_sampler = picky  # type: ignore[method-assign]
+    broken = engine.submit(request("x", sampling=SamplingParams(presence_penalty=2.0)))
+    _, error = broken.sink.get(timeout=5)
+    assert isinstance(error, EngineError) and "could not start" in str(error)
+    assert isinstance(events_of(engine.submit(request("fine")))[-1], Completion)
+    assert engine.is_ready

@@ -88,6 +88,6 @@ def test_the_route_table() -> None:
     }
     assert expected <= set(keys)
     public = {spec.path for spec in ROUTES if spec.public}
-    assert public == {"/health", "/v1/health", "/models", "/v1/models"}
+    assert public == {"/health", "/v1/health", "/models", "/v1/models", "/openapi.json"}
     for spec in ROUTES:
         assert spec.handler.__name__.startswith(spec.method.lower() + "_"), spec
