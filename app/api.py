@@ -65,10 +65,10 @@ class ApiRequest:
             raise InvalidRequestError("the request body is nested too deeply") from None
 
     def json_object(self) -> dict[str, Any]:
-        """The body as a JSON object; an empty body counts as ``{}``."""
-        value = self.json()
-        if value is None:
+        """The body as a JSON object; an empty body counts as ``{}`` (a JSON ``null`` does not)."""
+        if self.parsed_body is _NO_JSON and not self.body.strip():
             return {}
+        value = self.json()
         if not isinstance(value, dict):
             raise InvalidRequestError("the request body must be a JSON object")
         return value

@@ -13,7 +13,7 @@ from pathlib import Path
 from flask import Flask
 
 from app.context import ServerContext
-from app.engine import Engine, EngineOptions
+from app.engine import Backend, Engine, EngineOptions
 from app.engine.llama_backend import LlamaBackend, LlamaConfig
 from app.http import create_app
 from app.routes import bind_routes
@@ -71,15 +71,17 @@ def build_application(
     model_path: str,
     vertex: VertexEnvironment | None,
     on_load_failure: Callable[[BaseException], None] = exit_on_load_failure,
+    make_backend: Callable[[LlamaConfig], Backend] = LlamaBackend,
 ) -> Application:
-    def load_backend() -> LlamaBackend:
+    """``make_backend`` is the backend seam: tests wrap the real backend to inject faults."""
+    def load_backend() -> Backend:
         """Runs on the engine thread while the server already answers 503: fetch, then load."""
         local = model_path
         if is_gcs_uri(model_path):
             cache = Path(settings.model_cache_dir) if settings.model_cache_dir else None
             local = str(fetch_model(model_path, cache))
             context.model_path = local
-        return LlamaBackend(backend_config(settings, local))
+        return make_backend(backend_config(settings, local))
 
     engine = Engine(
         load_backend,

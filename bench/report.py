@@ -1,0 +1,233 @@
+"""The benchmark report: this container against llama-cpp-python's own server, same model, one run.
+
+    .venv/bin/python bench/report.py [--max-tokens 64] [--threads 2] [--rounds 1]
+
+Prints one table: time to healthy, time to first token, aggregate generated tokens/s at 1, 4, 8
+and 16 concurrent streams, /predict with 8 instances against 8 sequential calls, tokenize
+requests/s, and peak memory (RSS of the server's processes), with ratios ours/theirs. The servers
+run one after the other, never together. Not a test: timings on shared machines are noisy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import requests
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from app.model_files import embedded_model_path  # noqa: E402
+
+QUESTIONS = [
+    "Write a short poem about the sea.", "Explain what a CPU does.", "Give me three tips for cooking.",
+    "Describe a sunset over the mountains.", "What are the benefits of walking?", "Tell a story about a cat.",
+    "How does a rainbow form?", "Describe your ideal weekend.",
+]
+STREAMS = (1, 4, 8, 16)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def tree_rss_bytes(pid: int) -> int:
+    """RSS of a process and its children (gunicorn's master and worker)."""
+    total, pending = 0, [pid]
+    while pending:
+        current = pending.pop()
+        try:
+            for line in Path(f"/proc/{current}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    total += int(line.split()[1]) * 1024
+            children = Path(f"/proc/{current}/task/{current}/children").read_text().split()
+            pending.extend(int(child) for child in children)
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+    return total
+
+
+@dataclass
+class Running:
+    base: str
+    process: subprocess.Popen[bytes]
+    healthy_s: float
+    peak_rss: int = 0
+    stopped: threading.Event = field(default_factory=threading.Event)
+
+    def watch_memory(self) -> None:
+        while not self.stopped.wait(0.2):
+            self.peak_rss = max(self.peak_rss, tree_rss_bytes(self.process.pid))
+
+
+@contextmanager
+def running(command: list[str], port: int, health: str, env: dict[str, str]) -> Iterator[Running]:
+    started = time.perf_counter()
+    process = subprocess.Popen(command, cwd=ROOT, env={**os.environ, **env},
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    base = f"http://127.0.0.1:{port}"
+    while True:
+        if process.poll() is not None:
+            raise RuntimeError(f"{command[2]} exited with {process.returncode}")
+        try:
+            if requests.get(base + health, timeout=5).status_code == 200:
+                break
+        except requests.ConnectionError:
+            pass
+        time.sleep(0.02)
+    server = Running(base, process, time.perf_counter() - started)
+    watcher = threading.Thread(target=server.watch_memory, daemon=True)
+    watcher.start()
+    try:
+        yield server
+    finally:
+        server.stopped.set()
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(60)
+        except subprocess.TimeoutExpired:
+            process.kill()
+
+
+def chat_body(question: str, max_tokens: int, stream: bool) -> dict[str, Any]:
+    return {"model": "m", "messages": [{"role": "user", "content": question}], "max_tokens": max_tokens,
+            "temperature": 0, "stream": stream}
+
+
+def stream_chat(base: str, question: str, max_tokens: int) -> tuple[int, float]:
+    """(content chunks received, seconds to the first one)."""
+    started = time.perf_counter()
+    first = 0.0
+    chunks = 0
+    with requests.post(base + "/v1/chat/completions", json=chat_body(question, max_tokens, True), stream=True,
+                       timeout=600) as response:
+        response.raise_for_status()
+        for line in response.iter_lines(decode_unicode=True):
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            choices = json.loads(line[6:]).get("choices") or [{}]
+            if choices[0].get("delta", {}).get("content"):
+                chunks += 1
+                first = first or time.perf_counter() - started
+    return chunks, first
+
+
+def streams_tokens_per_second(base: str, n: int, max_tokens: int) -> float:
+    started = time.perf_counter()
+    with ThreadPoolExecutor(n) as pool:
+        results = list(pool.map(lambda i: stream_chat(base, QUESTIONS[i % 8], max_tokens), range(n)))
+    return sum(chunks for chunks, _ in results) / (time.perf_counter() - started)
+
+
+def one_chat(base: str, question: str, max_tokens: int) -> None:
+    requests.post(base + "/v1/chat/completions", json=chat_body(question, max_tokens, False),
+                  timeout=600).raise_for_status()
+
+
+def sequential_seconds(base: str, max_tokens: int) -> float:
+    started = time.perf_counter()
+    for question in QUESTIONS:
+        one_chat(base, question, max_tokens)
+    return time.perf_counter() - started
+
+
+def predict_seconds(base: str, max_tokens: int) -> float:
+    instances = [{"@requestFormat": "chatCompletions", **chat_body(q, max_tokens, False)} for q in QUESTIONS]
+    started = time.perf_counter()
+    response = requests.post(base + "/predict", json={"instances": instances}, timeout=600)
+    response.raise_for_status()
+    return time.perf_counter() - started
+
+
+def tokenize_rps(base: str, path: str, field_name: str, requests_n: int = 200, clients: int = 4) -> float:
+    def call(i: int) -> None:
+        requests.post(base + path, json={field_name: f"Tokenize request number {i}, please."},
+                      timeout=60).raise_for_status()
+
+    started = time.perf_counter()
+    with ThreadPoolExecutor(clients) as pool:
+        list(pool.map(call, range(requests_n)))
+    return requests_n / (time.perf_counter() - started)
+
+
+def best(rounds: int, measure: Callable[[], float], higher_is_better: bool) -> float:
+    values = [measure() for _ in range(rounds)]
+    return max(values) if higher_is_better else min(values)
+
+
+def measure(server: Running, ours: bool, max_tokens: int, rounds: int) -> dict[str, float]:
+    base = server.base
+    one_chat(base, "warm up", 8)
+    results = {"time to healthy, s (lower: better)": server.healthy_s}
+    results["time to first token, s (lower: better)"] = statistics.median(
+        stream_chat(base, QUESTIONS[0], 16)[1] for _ in range(3))
+    for n in STREAMS:
+        results[f"tok/s, {n} streams (higher: better)"] = best(
+            rounds, lambda n=n: streams_tokens_per_second(base, n, max_tokens), True)  # type: ignore[misc]
+    results["8 sequential calls, s (lower: better)"] = best(
+        rounds, lambda: sequential_seconds(base, max_tokens), False)
+    if ours:
+        results["/predict with 8 instances, s"] = best(rounds, lambda: predict_seconds(base, max_tokens), False)
+        results["tokenize, requests/s (higher: better)"] = tokenize_rps(base, "/tokenize", "content")
+    else:
+        results["tokenize, requests/s (higher: better)"] = tokenize_rps(base, "/extras/tokenize", "input")
+    results["peak memory, MiB (lower: better)"] = server.peak_rss / (1 << 20)
+    return results
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--max-tokens", type=int, default=64)
+    parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--threads", type=int, default=2)
+    args = parser.parse_args()
+    model = str(embedded_model_path())
+
+    port = free_port()
+    ours_cmd = [sys.executable, "-m", "app", "--model", model, "--port", str(port), "-np", "16", "-c", "16384",
+                "-t", str(args.threads)]
+    with running(ours_cmd, port, "/health", {"AIP_MODE": "PREDICTION", "AIP_HTTP_PORT": str(port)}) as server:
+        ours = measure(server, True, args.max_tokens, args.rounds)
+
+    port = free_port()
+    theirs_cmd = [sys.executable, "-m", "llama_cpp.server", "--model", model, "--port", str(port),
+                  "--host", "127.0.0.1", "--n_ctx", "2048", "--n_threads", str(args.threads),
+                  "--n_threads_batch", str(args.threads), "--interrupt_requests", "False"]
+    with running(theirs_cmd, port, "/v1/models", {}) as server:
+        theirs = measure(server, False, args.max_tokens, args.rounds)
+
+    print(f"model {Path(model).name}; {args.max_tokens} tokens a request; {args.threads} threads; "
+          f"{os.cpu_count()} cores; {platform.machine()}; best of {args.rounds}")
+    print(f"| {'measure':40} | {'vertex-llama':>12} | {'llama_cpp.server':>16} | {'ours/theirs':>11} |")
+    print(f"|{'-' * 42}|{'-' * 14}|{'-' * 18}|{'-' * 13}|")
+    for key, value in ours.items():
+        peer = theirs.get(key)
+        ratio = f"{value / peer:.2f}" if peer else "-"
+        shown = f"{peer:16.2f}" if peer is not None else f"{'-':>16}"
+        print(f"| {key:40} | {value:12.2f} | {shown} | {ratio:>11} |")
+    predict = ours["/predict with 8 instances, s"]
+    their_seq = theirs["8 sequential calls, s (lower: better)"]
+    print(f"| {'/predict(8) vs their 8 sequential calls':40} | {predict:12.2f} | {their_seq:16.2f} | "
+          f"{predict / their_seq:11.2f} |")
+
+
+if __name__ == "__main__":
+    main()
