@@ -175,18 +175,15 @@ def _predict(args: argparse.Namespace, target: deploy.Target) -> None:
             _dry("PredictionService.RawPredict", request)
         else:
             sys.stdout.write(deploy.Vertex(target).raw_predict(request).decode() + "\n")
-    elif args.command == "invoke":
-        request = deploy.invoke_request(name, args.path, {**args.body, **({"stream": True} if args.stream else {})})
-        if args.dry_run:
-            _dry("Invoke", request)
-            return
-        for chunk in deploy.Vertex(target).stream_raw_predict(request):
-            sys.stdout.write(chunk.decode())
-            sys.stdout.flush()
     else:
-        request = deploy.stream_raw_predict_request(name, {**args.body, "stream": True})
+        if args.command == "invoke":
+            body = {**args.body, **({"stream": True} if args.stream else {})}
+            method, request = "Invoke", deploy.invoke_request(name, args.path, body)
+        else:
+            method, request = "PredictionService.StreamRawPredict", deploy.stream_raw_predict_request(
+                name, {**args.body, "stream": True})
         if args.dry_run:
-            _dry("PredictionService.StreamRawPredict", request)
+            _dry(method, request)
             return
         for chunk in deploy.Vertex(target).stream_raw_predict(request):
             sys.stdout.write(chunk.decode())

@@ -71,6 +71,17 @@ class Server:
             time.sleep(0.01)
         raise AssertionError(f"the server did not become healthy:\n{self.log()}")
 
+    def wait_slots_idle(self, timeout: float = 15) -> list[dict[str, object]]:
+        """Poll /slots until no slot is processing; the slots as last seen."""
+        deadline = time.monotonic() + timeout
+        while True:
+            slots: list[dict[str, object]] = requests.get(self.url("/slots"), timeout=10).json()
+            if not any(slot["is_processing"] for slot in slots):
+                return slots
+            if time.monotonic() > deadline:
+                raise AssertionError(f"slots stayed busy: {slots}")
+            time.sleep(0.1)
+
     def stop(self, timeout: float = 60) -> int:
         if self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)

@@ -46,19 +46,7 @@ def engine(backend: FakeBackend) -> Iterator[Engine]:
 
 
 def events_of(job: Job, timeout: float = 5.0) -> list[TokenChunk | Completion]:
-    events: list[TokenChunk | Completion] = []
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            _, event = job.sink.get(timeout=0.05)
-        except queue.Empty:
-            continue
-        if isinstance(event, Exception):
-            raise event
-        events.append(event)
-        if isinstance(event, Completion):
-            return events
-    raise AssertionError("the job did not finish")
+    return family_events(job, 1, timeout)[job.index]
 
 
 def request(prompt: str, **fields: object) -> GenerationRequest:
