@@ -136,3 +136,24 @@ def test_derived_values() -> None:
     assert settings.gpu_layers == 12
     assert settings.route_prefix == "/api"
     assert parse("-ngl", "auto").gpu_layers == -1
+
+
+def test_lora_flags() -> None:
+    settings = parse("--lora", "a.gguf", "--lora-scaled", "b.gguf", "0.5", "--lora", "c.gguf")
+    assert settings.lora_adapters == (("a.gguf", 1.0), ("c.gguf", 1.0), ("b.gguf", 0.5))
+    assert parse(LLAMA_ARG_LORA="x.gguf,y.gguf").lora == ("x.gguf", "y.gguf")
+
+
+def test_a_bad_lora_scale_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as caught:
+        parse_settings(["--lora-scaled", "b.gguf", "lots"], {})
+    assert caught.value.code == 2
+    assert "--lora-scaled" in capsys.readouterr().err
+
+
+def test_the_settings_log_line_hides_the_keys() -> None:
+    from app.cli import public_settings
+
+    shown = public_settings(parse("--api-key", "very-secret", "--api-key", "other"))
+    assert shown["api_keys"] == "2 key(s)"
+    assert "very-secret" not in repr(shown)
