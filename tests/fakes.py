@@ -161,10 +161,6 @@ class FakeBackend:
     def embedder(self) -> FakeEmbedder:
         return self._embedder
 
-    @property
-    def lora_paths(self) -> tuple[str, ...]:
-        return ()
-
     def set_lora(self, scales: tuple[float, ...]) -> None:
         self.lora_history.append(scales)
 

@@ -128,9 +128,6 @@ class Backend(Protocol):
     def embedder(self) -> Embedder:
         """The embedding context (made on first use)."""
 
-    @property
-    def lora_paths(self) -> tuple[str, ...]: ...
-
     def set_lora(self, scales: tuple[float, ...]) -> None:
         """Adapter scales for the following decodes."""
 

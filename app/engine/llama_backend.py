@@ -513,10 +513,6 @@ class LlamaBackend:
         lc.llama_memory_seq_rm(self._memory, seq, -1, -1)
         return False
 
-    @property
-    def lora_paths(self) -> tuple[str, ...]:
-        return self._config.loras
-
     def set_lora(self, scales: tuple[float, ...]) -> None:
         """Scales for the loaded adapters, for the next decodes (a no-op when unchanged)."""
         if scales == self._lora or not self._adapters:
