@@ -11,6 +11,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from app.engine import Vocabulary
+
 MAX_ENUMERATED = 1000
 
 _NESTED_MAPS = ("properties", "$defs", "definitions", "patternProperties", "dependentSchemas")
@@ -27,6 +29,11 @@ def _bounds(schema: dict[str, Any]) -> tuple[int, int] | None:
     if not isinstance(low, int | float) or not isinstance(high, int | float):
         return None
     return math.ceil(low), math.floor(high)
+
+
+def schema_grammar(vocab: Vocabulary, schema: Any) -> str:
+    """GBNF for a JSON schema (tightened first); ValueError for a schema that cannot be converted."""
+    return vocab.json_schema_grammar(tighten(schema))
 
 
 def tighten(schema: Any) -> Any:

@@ -17,7 +17,7 @@ from app.context import ServerContext
 from app.engine import RANDOM_SEED, GenerationRequest, SamplingParams
 from app.engine.types import DEFAULT_DRY_BREAKERS, DEFAULT_SAMPLERS
 from app.errors import InvalidRequestError, NotSupportedError
-from app.handlers.json_schema import tighten
+from app.handlers.json_schema import schema_grammar
 from app.handlers.lora import scales_from
 
 log = logging.getLogger(__name__)
@@ -192,7 +192,7 @@ def grammar_for(ctx: ServerContext, grammar: str | None, schema: Any, field: str
     if not isinstance(schema, dict | bool):
         raise InvalidRequestError(f"Field '{field}': a JSON schema must be an object, got {type(schema).__name__}")
     try:
-        return ctx.engine.vocab.json_schema_grammar(tighten(schema))
+        return schema_grammar(ctx.engine.vocab, schema)
     except ValueError as exc:
         raise InvalidRequestError(f"Field '{field}': invalid JSON schema: {exc}") from None
 

@@ -26,6 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from app.engine import Vocabulary
 from app.errors import InvalidRequestError
+from app.handlers.json_schema import schema_grammar
 
 
 class FunctionSpec(BaseModel):
@@ -153,8 +154,8 @@ def call_grammar(plan: ToolPlan, vocab: Vocabulary) -> str:
             "type": "array", "items": _call_schema(plan), "minItems": 1,
             **({} if plan.parallel else {"maxItems": 1}),
         }}, "required": ["tool_calls"]}
-        return vocab.json_schema_grammar(schema)
-    rules = re.sub(r"^root ::=", "call ::=", vocab.json_schema_grammar(_call_schema(plan)), flags=re.MULTILINE)
+        return schema_grammar(vocab, schema)
+    rules = re.sub(r"^root ::=", "call ::=", schema_grammar(vocab, _call_schema(plan)), flags=re.MULTILINE)
     if plan.format is ToolFormat.HERMES:
         one = f"{_literal('<tool_call>')} \"\\n\"? call \"\\n\"? {_literal('</tool_call>')}"
         root = f"root ::= tc (\"\\n\" tc)*\ntc ::= {one}" if plan.parallel else f"root ::= {one}"

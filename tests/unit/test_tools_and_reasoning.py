@@ -128,3 +128,19 @@ def test_tighten_spells_out_small_integer_ranges() -> None:
     assert out["properties"]["big"] == schema["properties"]["big"]  # type: ignore[index]
     assert out["properties"]["list"]["items"] == {"enum": [1, 2]}
     assert schema["properties"]["n"]["type"] == "integer"  # type: ignore[index]
+
+
+def test_forced_call_grammars_get_the_tightened_schema() -> None:
+    seen: list[object] = []
+
+    class Recording(FakeVocabulary):
+        def json_schema_grammar(self, schema: object) -> str:
+            seen.append(schema)
+            return 'root ::= "{}"'
+
+    tools = [ToolSpec.model_validate({"type": "function", "function": {"name": "pick", "parameters": {
+        "type": "object", "properties": {"n": {"type": "integer", "minimum": 1, "maximum": 3}}}}})]
+    forced = plan_tools(tools, "required", False, "plain")
+    assert forced is not None
+    call_grammar(forced, Recording())
+    assert '"enum": [1, 2, 3]' in json.dumps(seen[-1])
