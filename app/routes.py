@@ -13,7 +13,7 @@ from pydantic import BaseModel
 
 from app.api import ApiReply, ApiRequest, Handler, Route, guard
 from app.context import ServerContext
-from app.handlers.anthropic import CountTokensBody, MessagesBody, post_count_tokens, post_messages
+from app.handlers.anthropic import MessagesBody, post_count_tokens, post_messages
 from app.handlers.chat import post_apply_template, post_chat_completions, post_chat_input_tokens
 from app.handlers.chat_pipeline import ChatBody
 from app.handlers.completions import CompletionBody, post_completion, post_openai_completions
@@ -73,7 +73,7 @@ ROUTES: tuple[RouteSpec, ...] = (
     RouteSpec("POST", "/responses/input_tokens", post_responses_input_tokens, body=ResponsesBody),
     RouteSpec("POST", "/v1/responses/input_tokens", post_responses_input_tokens, body=ResponsesBody),
     RouteSpec("POST", "/v1/messages", post_messages, body=MessagesBody, streams=True),
-    RouteSpec("POST", "/v1/messages/count_tokens", post_count_tokens, body=CountTokensBody),
+    RouteSpec("POST", "/v1/messages/count_tokens", post_count_tokens, body=MessagesBody),
     RouteSpec("POST", "/infill", post_infill, body=InfillBody, streams=True),
     RouteSpec("POST", "/embedding", post_embedding, body=NativeEmbeddingBody),
     RouteSpec("POST", "/embeddings", post_embedding, body=NativeEmbeddingBody),

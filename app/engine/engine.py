@@ -149,10 +149,6 @@ class Engine:
     def n_ctx_slot(self) -> int:
         return self._known().n_ctx_seq
 
-    @property
-    def embed_n_ctx(self) -> int:
-        return self._options.embed_n_ctx
-
     def stats(self) -> EngineStats:
         return self._stats.snapshot()
 

@@ -50,10 +50,6 @@ class MessagesBody(BaseModel):
     chat_template_kwargs: dict[str, Any] | None = None
 
 
-class CountTokensBody(MessagesBody):
-    max_tokens: int = Field(DEFAULT_MAX_TOKENS, ge=1)
-
-
 def _block_text(block: dict[str, Any], where: str) -> str:
     if block.get("type") != "text":
         raise InvalidRequestError(f"Field '{where}.type': {block.get('type')!r} is not supported here")
@@ -176,7 +172,7 @@ def post_messages(ctx: ServerContext, request: ApiRequest) -> ApiReply:
 
 
 def post_count_tokens(ctx: ServerContext, request: ApiRequest) -> ApiReply:
-    body = validate_body(CountTokensBody, request.json_object())
+    body = validate_body(MessagesBody, request.json_object())
     _, tokens, _ = chat_prompt_tokens(ctx, to_chat(body))
     return ApiReply(body={"input_tokens": len(tokens)})
 

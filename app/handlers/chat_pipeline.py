@@ -1,6 +1,6 @@
 """A chat request from messages to choices: what OpenAI chat, OpenAI Responses and Anthropic
 Messages share. ``prepare_chat`` renders and tokenizes the prompt and builds the engine request
-(grammar for structured output or forced tool calls, log-probabilities, n); ``chat_choices`` and
+(grammar for structured output or forced tool calls, log-probabilities, n); ``run_chat`` and
 ``chat_deltas`` turn engine events into content, reasoning and tool calls."""
 
 from __future__ import annotations

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import base64
 import math
-import queue
 import struct
 from collections.abc import Callable, Sequence
 from typing import Any, Literal
@@ -18,11 +17,10 @@ from pydantic import BaseModel, ConfigDict, Field
 from app.api import ApiReply, ApiRequest
 from app.context import ServerContext
 from app.engine import EmbeddingResult, EngineError
-from app.errors import InvalidRequestError, NotSupportedError, UnavailableError
+from app.errors import InvalidRequestError, NotSupportedError
+from app.handlers.generation import next_event
 from app.handlers.params import validate_body
 from app.handlers.prompts import tokenize_prompt
-
-WAIT_SECONDS = 0.1
 
 
 def normalize(vector: list[float], norm: int) -> list[float]:
@@ -41,17 +39,11 @@ def normalize(vector: list[float], norm: int) -> list[float]:
 
 def embed(ctx: ServerContext, inputs: Sequence[Sequence[int]], should_stop: Callable[[], bool]) -> EmbeddingResult:
     job = ctx.engine.submit_embeddings(inputs)
-    while True:
-        try:
-            _, outcome = job.sink.get(timeout=WAIT_SECONDS)
-        except queue.Empty:
-            if should_stop():
-                raise UnavailableError("the client disconnected") from None
-            continue
-        if isinstance(outcome, EngineError):
-            raise outcome
-        if isinstance(outcome, EmbeddingResult):
-            return outcome
+    _, outcome = next_event(job.sink, should_stop)
+    if isinstance(outcome, EngineError):
+        raise outcome
+    assert isinstance(outcome, EmbeddingResult)
+    return outcome
 
 
 def _input_tokens(ctx: ServerContext, raw: Any, field: str) -> list[list[int]]:
@@ -143,17 +135,15 @@ class RerankBody(BaseModel):
     return_text: bool = False
 
 
-def _rerank_tokens(ctx: ServerContext, query: str, document: str) -> list[int]:
+def _rerank_inputs(ctx: ServerContext, query: str, documents: list[str]) -> list[list[int]]:
     """llama-server's layout: [BOS] query [EOS] [SEP] document [EOS], for the tokens the model has."""
     vocab = ctx.engine.vocab
     special = vocab.special_tokens()
-    tokens = [special["bos"]] if "bos" in special else []
-    tokens += vocab.tokenize(query, False, False)
-    tokens += [special[name] for name in ("eos", "sep") if name in special]
-    tokens += vocab.tokenize(document, False, False)
-    if "eos" in special:
-        tokens.append(special["eos"])
-    return tokens
+    head = [special["bos"]] if "bos" in special else []
+    head += vocab.tokenize(query, False, False)
+    head += [special[name] for name in ("eos", "sep") if name in special]
+    tail = [special["eos"]] if "eos" in special else []
+    return [[*head, *vocab.tokenize(document, False, False), *tail] for document in documents]
 
 
 def post_rerank(ctx: ServerContext, request: ApiRequest) -> ApiReply:
@@ -167,7 +157,7 @@ def post_rerank(ctx: ServerContext, request: ApiRequest) -> ApiReply:
     documents = body.documents
     if not isinstance(documents, list) or not documents or not all(isinstance(d, str) for d in documents):
         raise InvalidRequestError('"documents" must be a non-empty string array')
-    inputs = [_rerank_tokens(ctx, body.query, document) for document in documents]
+    inputs = _rerank_inputs(ctx, body.query, documents)
     result = embed(ctx, inputs, request.should_stop)
     scored = sorted(((vectors[0][0], index) for index, vectors in enumerate(result.vectors)),
                     key=lambda pair: (-pair[0], pair[1]))

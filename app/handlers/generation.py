@@ -9,6 +9,7 @@ from __future__ import annotations
 import queue
 from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from app.engine import (
     CancelledError,
@@ -21,6 +22,16 @@ from app.engine import (
 )
 
 POLL_SECONDS = 0.1
+
+
+def next_event(sink: queue.SimpleQueue[tuple[int, Any]], should_stop: Callable[[], bool]) -> tuple[int, Any]:
+    """The next ``(index, event)`` from a job's queue; CancelledError once the client has gone."""
+    while True:
+        try:
+            return sink.get(timeout=POLL_SECONDS)
+        except queue.Empty:
+            if should_stop():
+                raise CancelledError("the client disconnected") from None
 
 
 class JobGroup:
@@ -48,12 +59,7 @@ class JobGroup:
         remaining = self.size
         try:
             while remaining:
-                try:
-                    index, event = self._sink.get(timeout=POLL_SECONDS)
-                except queue.Empty:
-                    if should_stop():
-                        raise CancelledError("the client disconnected") from None
-                    continue
+                index, event = next_event(self._sink, should_stop)
                 if isinstance(event, EngineError):
                     raise event
                 if isinstance(event, Completion):

@@ -55,10 +55,10 @@ def fim_tokens(vocab: Vocabulary) -> dict[str, int]:
     return special
 
 
-def infill_prompt(vocab: Vocabulary, body: InfillBody, extra: list[ExtraChunk], n_batch: int) -> list[int]:
+def infill_prompt(vocab: Vocabulary, special: dict[str, int], body: InfillBody, extra: list[ExtraChunk],
+                  n_batch: int) -> list[int]:
     """llama-server's layout: repository-level context (or plain snippets) before
     ``<FIM_PRE>prefix<FIM_SUF>suffix<FIM_MID>prompt``; prefix and suffix trimmed to the batch 3:1."""
-    special = fim_tokens(vocab)
     tokens: list[int] = []
     if "fim_rep" in special and "fim_sep" in special:
         tokens += [special["fim_rep"], *vocab.tokenize("myproject\n", False, False)]
@@ -79,10 +79,11 @@ def infill_prompt(vocab: Vocabulary, body: InfillBody, extra: list[ExtraChunk], 
 
 
 def post_infill(ctx: ServerContext, request: ApiRequest) -> ApiReply:
-    fim_tokens(ctx.engine.vocab)
+    special = fim_tokens(ctx.engine.vocab)  # 501 first, as llama-server answers
     body = validate_body(InfillBody, request.json_object())
     extra = _extra(body.input_extra)
-    prompt = infill_prompt(ctx.engine.vocab, body, extra, min(ctx.settings.batch_size, ctx.engine.n_ctx_slot))
+    prompt = infill_prompt(ctx.engine.vocab, special, body, extra,
+                           min(ctx.settings.batch_size, ctx.engine.n_ctx_slot))
     job = generation_request(ctx, body, prompt)
     copies = completions_count(ctx, body)
     group = JobGroup(ctx.engine, [job], copies)
