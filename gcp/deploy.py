@@ -44,8 +44,13 @@ class Target:
     def model_name(self, model: str) -> str:
         return model if model.startswith("projects/") else f"{self.parent}/models/{model}"
 
+    @property
+    def host(self) -> str:
+        """The API host: ``--api-endpoint``, else the region's public one."""
+        return self.api_endpoint or f"{self.region}-aiplatform.googleapis.com"
+
     def client_kwargs(self, api_endpoint: str | None = None) -> dict[str, Any]:
-        host = api_endpoint or self.api_endpoint or f"{self.region}-aiplatform.googleapis.com"
+        host = api_endpoint or self.host
         credentials: Credentials | None = AnonymousCredentials() if self.anonymous else None
         return {"client_options": ClientOptions(api_endpoint=host), "transport": "rest",
                 "credentials": credentials}
@@ -240,8 +245,7 @@ class Vertex:
 
     def _post(self, call: RawCall, stream: bool) -> requests.Response:
         endpoint = self.get_endpoint(call.endpoint)
-        host = endpoint.dedicated_endpoint_dns or self.target.api_endpoint or \
-            f"{self.target.region}-aiplatform.googleapis.com"
+        host = endpoint.dedicated_endpoint_dns or self.target.host
         base = host if host.startswith(("http://", "https://")) else f"https://{host}"
         session: requests.Session
         if self.target.anonymous:

@@ -21,7 +21,7 @@ from app.engine.errors import ContextExceededError, EngineError, InvalidJobError
 from app.engine.scheduler import Scheduler, SchedulerOptions
 from app.engine.slots import ControlJob, EmbedJob, EventSink, Job, Slot
 from app.engine.stats import EngineStats, StatsRecorder
-from app.engine.types import RANDOM_SEED, EmbeddingResult, GenerationRequest
+from app.engine.types import RANDOM_SEED, GenerationRequest
 
 log = logging.getLogger(__name__)
 
@@ -407,4 +407,4 @@ class Engine:
                 item.sink.put((0, error))
 
 
-__all__ = ["EmbeddingResult", "Engine", "EngineOptions", "SlotView"]
+__all__ = ["Engine", "EngineOptions", "SlotView"]
