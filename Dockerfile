@@ -19,7 +19,7 @@ RUN apt-get update \
 # The CUDA driver (libcuda.so.1) exists only on the GPU host; link against the toolkit's stub.
 RUN ln -s /usr/local/cuda/lib64/stubs/libcuda.so /usr/local/cuda/lib64/stubs/libcuda.so.1
 ENV LIBRARY_PATH=/usr/local/cuda/lib64/stubs \
-    CMAKE_ARGS="-DGGML_CUDA=on -DGGML_NATIVE=OFF -DCMAKE_CUDA_ARCHITECTURES=${CUDA_ARCHITECTURES} -DLLAVA_BUILD=OFF"
+    GPU_CMAKE_ARGS="-DGGML_CUDA=on -DGGML_NATIVE=OFF -DCMAKE_CUDA_ARCHITECTURES=${CUDA_ARCHITECTURES}"
 RUN python3.11 -m venv /opt/venv
 ENV PATH=/opt/venv/bin:$PATH
 
@@ -27,14 +27,21 @@ FROM python:3.11-slim AS build-cpu
 RUN apt-get update \
     && apt-get install -y --no-install-recommends build-essential cmake git \
     && rm -rf /var/lib/apt/lists/*
-# Portable CPU flags: -march=native crashes on AVX-512/AMX hosts and ties the image to one CPU.
-ENV CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DLLAVA_BUILD=OFF"
+ENV GPU_CMAKE_ARGS=""
 RUN python3.11 -m venv /opt/venv
 ENV PATH=/opt/venv/bin:$PATH
 
 # hadolint ignore=DL3006
 FROM build-${VARIANT} AS build
-RUN LD_LIBRARY_PATH="${LIBRARY_PATH:-}" pip wheel --no-cache-dir --no-deps -w /wheels llama-cpp-python==0.3.36
+# The CPU side, in both variants, is the portable build that app/llama_build.py defines (the same as
+# scripts/dev.sh): every CPU variant of ggml as a loadable library, the best one picked at start-up,
+# so one image runs on every x86-64 machine type (and the CUDA image falls back to the CPU without a
+# GPU). The flags are recorded in the venv, where the server reads them to explain a crash.
+COPY app/llama_build.py /tmp/llama_build.py
+RUN CMAKE_ARGS="$(python3.11 /tmp/llama_build.py cmake-args) ${GPU_CMAKE_ARGS} -DLLAVA_BUILD=OFF" \
+    && echo "$CMAKE_ARGS" > /opt/venv/.llama-cmake-args \
+    && CMAKE_ARGS="$CMAKE_ARGS" LD_LIBRARY_PATH="${LIBRARY_PATH:-}" \
+       pip wheel --no-cache-dir --no-deps -w /wheels llama-cpp-python==0.3.36
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY app ./app

@@ -15,6 +15,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from app.fault_injection import CRASH_VARIABLE, Crash, CrashSpecError, parse_crash
 from app.logs import configure_logging
 from app.model_files import ModelFileError, resolve_model_path
 from app.routes import ROUTES
@@ -41,7 +42,6 @@ def gunicorn_options(settings: Settings, port: int, json_lines: bool = False) ->
         "logger_class": "app.gunicorn_server.JsonLinesLogger" if json_lines else None,
         "bind": [f"{host}:{port}"],
         "workers": 1,
-        "worker_class": "gthread",
         "threads": settings.http_threads,
         "preload_app": False,
         "timeout": settings.timeout,
@@ -90,7 +90,18 @@ def main(argv: Sequence[str] | None = None) -> None:
     log.info("serving %s on %s:%s (%s slots)", model_path, settings.host, port, settings.slot_count)
     log.info("settings: %s", json.dumps(public_settings(settings), sort_keys=True))
     json_lines = os.environ.get("AIP_MODE") == "PREDICTION"
-    ContainerServer(settings, model_path, vertex, gunicorn_options(settings, port, json_lines)).run()
+    ContainerServer(settings, model_path, vertex, gunicorn_options(settings, port, json_lines),
+                    requested_crash(os.environ)).run()
+
+
+def requested_crash(environ: Mapping[str, str]) -> Crash | None:
+    """The crash the tests ask the worker to have (app/fault_injection.py); None outside them."""
+    spec = environ.get(CRASH_VARIABLE)
+    try:
+        return parse_crash(spec) if spec else None
+    except CrashSpecError as exc:
+        log.error("%s", exc)
+        sys.exit(2)
 
 
 def public_settings(settings: Settings) -> dict[str, Any]:

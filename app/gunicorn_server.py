@@ -1,17 +1,31 @@
-"""gunicorn, embedded: one gthread worker that builds the application after the fork."""
+"""gunicorn, embedded: one gthread worker that builds the application after the fork, a master that
+knows why that worker died (app/worker_crashes.py), and responses that go out whole."""
 
 from __future__ import annotations
 
+import faulthandler
+import logging
+import shutil
 import signal
-from typing import Any
+import tempfile
+from pathlib import Path
+from typing import IO, Any
 
 from gunicorn.app.base import BaseApplication
+from gunicorn.errors import HaltServer
 from gunicorn.glogging import Logger
+from gunicorn.workers.gthread import ThreadWorker
 
+from app.engine.llama_backend import LlamaBackend
+from app.fault_injection import Crash, with_crash
+from app.llama_build import recorded_build_args, this_cpu
 from app.logs import CloudLoggingFormatter
 from app.settings import Settings
 from app.wiring import Application, build_application
+from app.worker_crashes import CrashPolicy, Phase, WorkerPhase, read_crash_report
 from gcp import VertexEnvironment
+
+log = logging.getLogger("app")
 
 
 class JsonLinesLogger(Logger):  # type: ignore[misc]
@@ -24,27 +38,125 @@ class JsonLinesLogger(Logger):  # type: ignore[misc]
                 handler.setFormatter(CloudLoggingFormatter())
 
 
+class HeldHeaderSocket:
+    """The socket one response is written through. gunicorn writes a response's header block and
+    its body in separate ``sendall`` calls; the first one (always the header block) is held back and
+    sent with the first body bytes. A worker that dies in between has sent nothing, so the client
+    sees a closed connection, never a status line whose body never comes."""
+
+    def __init__(self, sock: Any) -> None:
+        self._sock = sock
+        self._held: bytes | None = None
+        self._first = True
+
+    def sendall(self, data: bytes) -> None:
+        if self._first:
+            self._first = False
+            self._held = bytes(data)
+            return
+        if self._held is not None:
+            data, self._held = self._held + bytes(data), None
+        self._sock.sendall(data)
+
+    def sendfile(self, *args: Any, **kwargs: Any) -> Any:
+        self.flush()
+        return self._sock.sendfile(*args, **kwargs)
+
+    def flush(self) -> None:
+        """Send a header block still held (a response with an empty body)."""
+        if self._held is not None:
+            held, self._held = self._held, None
+            self._sock.sendall(held)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._sock, name)
+
+
+class WholeResponseWorker(ThreadWorker):  # type: ignore[misc]
+    """gunicorn's gthread worker, writing each response through a ``HeldHeaderSocket``. The request
+    is still read from the real socket (the parser holds it), and only a request that completed
+    sends what is held: after an error gunicorn closes the connection instead."""
+
+    def handle_request(self, req: Any, conn: Any) -> Any:
+        raw = conn.sock
+        held = HeldHeaderSocket(raw)
+        conn.sock = held
+        try:
+            keep_alive = super().handle_request(req, conn)
+        finally:
+            conn.sock = raw
+        held.flush()
+        return keep_alive
+
+
 class ContainerServer(BaseApplication):  # type: ignore[misc]
     def __init__(
-        self, settings: Settings, model_path: str, vertex: VertexEnvironment | None, options: dict[str, Any]
+        self, settings: Settings, model_path: str, vertex: VertexEnvironment | None, options: dict[str, Any],
+        crash: Crash | None = None,
     ) -> None:
         self._settings = settings
         self._model_path = model_path
         self._vertex = vertex
         self._options = options
+        self._crash = crash  # test-only (app/fault_injection.py)
         self._application: Application | None = None
+        # Made in the master before the fork, so that the worker and the master share them.
+        self._phase = WorkerPhase()
+        self._crash_dir = Path(tempfile.mkdtemp(prefix="vertex-llama-crashes-"))
+        self._crash_file: IO[str] | None = None
+        self._policy = CrashPolicy()
         super().__init__()
 
     def load_config(self) -> None:
         for key, value in self._options.items():
             if value is not None:
                 self.cfg.set(key, value)
-        self.cfg.set("worker_exit", self._worker_exit)
+        self.cfg.set("worker_class", f"{__name__}.{WholeResponseWorker.__name__}")
+        self.cfg.set("pre_fork", self._pre_fork)
+        self.cfg.set("post_fork", self._post_fork)
         self.cfg.set("post_worker_init", self._post_worker_init)
+        self.cfg.set("worker_exit", self._worker_exit)
+        self.cfg.set("child_exit", self._child_exit)
+        self.cfg.set("on_exit", self._on_exit)
 
     def load(self) -> Any:
-        self._application = build_application(self._settings, self._model_path, self._vertex)
+        make_backend = with_crash(LlamaBackend, self._crash)
+        self._application = build_application(self._settings, self._model_path, self._vertex,
+                                               make_backend=make_backend,
+                                               on_ready=lambda: self._phase.set(Phase.SERVING))
         return self._application.flask
+
+    def _crash_path(self, pid: int) -> Path:
+        return self._crash_dir / f"worker-{pid}.txt"
+
+    # ---- in the master ---------------------------------------------------------------------
+
+    def _pre_fork(self, server: Any, worker: Any) -> None:
+        self._phase.set(Phase.BOOTING)
+
+    def _child_exit(self, server: Any, worker: Any) -> None:
+        """A worker is gone: log why, and stop the server where another would die the same way."""
+        path = self._crash_path(worker.pid)
+        report = read_crash_report(path)
+        path.unlink(missing_ok=True)
+        verdict = self._policy.judge(worker.pid, self._phase.get(), report, this_cpu(), recorded_build_args())
+        if verdict is None:
+            return
+        log.error("%s", verdict.message)
+        if report is not None:
+            log.info("crash report of worker %s:\n%s", worker.pid, report.text)
+        if verdict.stop and server.LISTENERS:  # no listeners: the master is stopping anyway
+            raise HaltServer("the worker crashed (the cause is logged above)", verdict.exit_status)
+
+    def _on_exit(self, server: Any) -> None:
+        shutil.rmtree(self._crash_dir, ignore_errors=True)
+
+    # ---- in the worker ---------------------------------------------------------------------
+
+    def _post_fork(self, server: Any, worker: Any) -> None:
+        """First thing in a new worker: a crash report for any fatal signal from here on."""
+        self._crash_file = self._crash_path(worker.pid).open("w")
+        faulthandler.enable(self._crash_file, all_threads=True)
 
     def _post_worker_init(self, worker: Any) -> None:
         """On SIGTERM (Vertex scale-down, docker stop), requests that have not started yet are
@@ -60,5 +172,6 @@ class ContainerServer(BaseApplication):  # type: ignore[misc]
         signal.signal(signal.SIGTERM, on_term)
 
     def _worker_exit(self, server: Any, worker: Any) -> None:
+        self._phase.set(Phase.EXITING)
         if self._application is not None:
             self._application.shutdown()

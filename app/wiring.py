@@ -72,8 +72,10 @@ def build_application(
     vertex: VertexEnvironment | None,
     on_load_failure: Callable[[BaseException], None] = exit_on_load_failure,
     make_backend: Callable[[LlamaConfig], Backend] = LlamaBackend,
+    on_ready: Callable[[], None] | None = None,
 ) -> Application:
-    """``make_backend`` is the backend seam: tests wrap the real backend to inject faults."""
+    """``make_backend`` is the backend seam: tests wrap the real backend to inject faults.
+    ``on_ready`` runs on the engine thread once the model is loaded and the app can serve it."""
     def load_backend() -> Backend:
         """Runs on the engine thread while the server already answers 503: fetch, then load."""
         local = model_path
@@ -105,6 +107,12 @@ def build_application(
                        max_body_bytes=settings.max_body_bytes, is_draining=draining.is_set,
                        cors_origins=settings.cors_origins)
     engine.on_load_failure = on_load_failure
-    engine.on_ready = lambda: context.chat_template.check()
+
+    def ready() -> None:
+        context.chat_template.check()
+        if on_ready is not None:
+            on_ready()
+
+    engine.on_ready = ready
     engine.start()
     return Application(flask, context, draining)

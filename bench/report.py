@@ -79,10 +79,13 @@ class Running:
 
 
 @contextmanager
-def running(command: list[str], port: int, health: str, env: dict[str, str]) -> Iterator[Running]:
+def running(command: list[str], port: int, health: str, env: dict[str, str],
+            log: Path | None = None) -> Iterator[Running]:
+    """A server started from ``command`` and healthy; its output goes to ``log`` (else nowhere)."""
     started = time.perf_counter()
-    process = subprocess.Popen(command, cwd=ROOT, env={**os.environ, **env},
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    with log.open("wb") if log else open(os.devnull, "wb") as output:
+        process = subprocess.Popen(command, cwd=ROOT, env={**os.environ, **env}, stdout=output,
+                                   stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"
     while True:
         if process.poll() is not None:

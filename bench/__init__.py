@@ -1,0 +1,1 @@
+"""Benchmarks (not tests): bench/report.py against peers, bench/cpu_builds.py across llama.cpp builds."""
