@@ -351,8 +351,6 @@ class Scheduler:
 
     def _finish(self, slot: Slot, reason: FinishReason, stop_word: str | None, truncated: bool = False) -> None:
         assert slot.job is not None
-        if reason is not FinishReason.WORD:
-            slot.text += slot.utf8.flush()
         slot.sent = min(slot.sent, len(slot.text))
         if len(slot.text) > slot.sent or slot.unsent_tokens:
             self._send_chunk(slot, len(slot.text))

@@ -7,7 +7,10 @@ from dataclasses import dataclass
 
 
 class Utf8Stream:
-    """Decodes token pieces incrementally; a partial UTF-8 sequence waits for its next bytes."""
+    """Decodes token pieces incrementally; a partial UTF-8 sequence waits for its next bytes.
+    Bytes that can never be UTF-8 become U+FFFD as they come. It is never flushed: a character
+    that the end of generation cuts in two is dropped from the text (its bytes stay in the token
+    ids), not sent as U+FFFD."""
 
     def __init__(self) -> None:
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
@@ -15,8 +18,6 @@ class Utf8Stream:
     def feed(self, piece: bytes) -> str:
         return self._decoder.decode(piece)
 
-    def flush(self) -> str:
-        return self._decoder.decode(b"", final=True)
 
 
 @dataclass(frozen=True)

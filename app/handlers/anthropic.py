@@ -15,12 +15,15 @@ from app.errors import InvalidRequestError
 from app.handlers.chat_pipeline import (
     ChatBody,
     ChatChoice,
+    ChatDelta,
     PreparedChat,
     chat_deltas,
     chat_prompt_tokens,
     prepare_chat,
     run_chat,
+    submit_chat,
 )
+from app.handlers.generation import stream_reply
 from app.handlers.params import validate_body
 from app.handlers.shapes import random_id
 
@@ -157,7 +160,9 @@ def post_messages(ctx: ServerContext, request: ApiRequest) -> ApiReply:
     prepared = prepare_chat(ctx, to_chat(body))
     message_id = random_id("msg_")
     if body.stream:
-        return ApiReply(stream=_stream(ctx, prepared, request, message_id), stream_error=_stream_error)
+        return stream_reply(submit_chat(ctx, prepared), request.should_stop,
+                            lambda stream: _stream(ctx, prepared, chat_deltas(ctx, prepared, stream), message_id),
+                            stream_error=_stream_error)
     choice = run_chat(ctx, prepared, request.should_stop)[0]
     content: list[dict[str, Any]] = []
     if choice.reasoning:
@@ -181,9 +186,8 @@ def _stream_error(error: dict[str, Any]) -> SseEvent:
     return SseEvent(error, event="error")
 
 
-def _stream(ctx: ServerContext, prepared: PreparedChat, request: ApiRequest, message_id: str) -> Iterator[SseEvent]:
-    deltas = chat_deltas(ctx, prepared, request.should_stop)
-
+def _stream(ctx: ServerContext, prepared: PreparedChat, deltas: Iterator[ChatDelta],
+            message_id: str) -> Iterator[SseEvent]:
     def event(kind: str, **data: Any) -> SseEvent:
         return SseEvent({"type": kind, **data}, event=kind)
 

@@ -15,7 +15,9 @@ from app.handlers.chat_pipeline import (
     prepare_chat,
     render_prompt,
     run_chat,
+    submit_chat,
 )
+from app.handlers.generation import stream_reply
 from app.handlers.params import validate_body
 from app.handlers.shapes import merged_timings, openai_envelope, random_id, timings_body, usage_body
 from app.handlers.tools import plan_tools
@@ -50,8 +52,8 @@ def post_chat_completions(ctx: ServerContext, request: ApiRequest) -> ApiReply:
     prepared = prepare_chat(ctx, body)
     response_id = random_id("chatcmpl-")
     if body.stream:
-        deltas = chat_deltas(ctx, prepared, request.should_stop)
-        return ApiReply(stream=_chat_stream(ctx, deltas, prepared.copies, response_id, body.include_usage()))
+        return stream_reply(submit_chat(ctx, prepared), request.should_stop, lambda stream: _chat_stream(
+            ctx, chat_deltas(ctx, prepared, stream), prepared.copies, response_id, body.include_usage()))
     choices = run_chat(ctx, prepared, request.should_stop)
     results = [choice.completion for choice in choices]
     reply = openai_envelope(ctx, "chat.completion", response_id)

@@ -15,7 +15,7 @@ from app.context import ServerContext
 from app.engine import Completion, FinishReason, GenerationRequest, TokenChunk
 from app.engine.types import TokenProbs
 from app.errors import InvalidRequestError
-from app.handlers.generation import JobGroup, started_stream
+from app.handlers.generation import JobGroup, Streamed
 from app.handlers.params import GenerationFields, completions_count, generation_request, grammar_for
 from app.handlers.reasoning import FORMATS, OPEN, ReasoningStream, split_reasoning
 from app.handlers.shapes import finish_reason, probability_entries, probs_within_text
@@ -240,8 +240,7 @@ def finish_choice(ctx: ServerContext, prepared: PreparedChat, index: int, result
 
 
 def run_chat(ctx: ServerContext, prepared: PreparedChat, should_stop: Callable[[], bool]) -> list[ChatChoice]:
-    group = JobGroup(ctx.engine, [prepared.request], prepared.copies)
-    results = group.results(should_stop)
+    results = submit_chat(ctx, prepared).results(should_stop)
     return [finish_choice(ctx, prepared, index, result) for index, result in enumerate(results)]
 
 
@@ -290,14 +289,12 @@ class _ToolGate:
         return released
 
 
-def chat_deltas(ctx: ServerContext, prepared: PreparedChat, should_stop: Callable[[], bool]) -> Iterator[ChatDelta]:
-    """Stream a chat: reasoning and content pieces as they come; tool calls once complete."""
-    group = JobGroup(ctx.engine, [prepared.request], prepared.copies)
-    stream = started_stream(group, should_stop)
-    return _deltas(ctx, prepared, stream)
+def submit_chat(ctx: ServerContext, prepared: PreparedChat) -> JobGroup:
+    return JobGroup(ctx.engine, [prepared.request], prepared.copies)
 
 
-def _deltas(ctx: ServerContext, prepared: PreparedChat, stream: Iterator[Any]) -> Iterator[ChatDelta]:
+def chat_deltas(ctx: ServerContext, prepared: PreparedChat, stream: Iterator[Streamed]) -> Iterator[ChatDelta]:
+    """A chat's stream as reasoning and content pieces as they come; tool calls once complete."""
     splitters: dict[int, ReasoningStream] = {}
     gates: dict[int, _ToolGate] = {}
     for item in stream:

@@ -11,7 +11,7 @@ from app.api import ApiReply, ApiRequest, SseEvent
 from app.context import ServerContext
 from app.engine import Completion, GenerationRequest, TokenChunk
 from app.errors import InvalidRequestError
-from app.handlers.generation import JobGroup, started_stream
+from app.handlers.generation import JobGroup, Streamed, stream_reply
 from app.handlers.params import GenerationFields, completions_count, generation_request, validate_body
 from app.handlers.prompts import split_prompts, tokenize_prompt
 from app.handlers.shapes import (
@@ -84,7 +84,8 @@ def post_completion(ctx: ServerContext, request: ApiRequest) -> ApiReply:
     copies = completions_count(ctx, body)
     group = JobGroup(ctx.engine, requests, copies)
     if body.stream:
-        return ApiReply(stream=native_stream(ctx, group, requests, copies, request))
+        return stream_reply(group, request.should_stop,
+                            lambda stream: native_stream(ctx, stream, requests, copies))
     results = group.results(request.should_stop)
     finals = [
         _project(native_body(ctx, requests[index // copies], result, index, False, body.return_tokens),
@@ -95,9 +96,9 @@ def post_completion(ctx: ServerContext, request: ApiRequest) -> ApiReply:
 
 
 def native_stream(
-    ctx: ServerContext, group: JobGroup, requests: list[GenerationRequest], copies: int, request: ApiRequest
+    ctx: ServerContext, stream: Iterator[Streamed], requests: list[GenerationRequest], copies: int
 ) -> Iterator[SseEvent]:
-    for item in started_stream(group, request.should_stop):
+    for item in stream:
         event = item.event
         job_request = requests[item.index // copies]
         if isinstance(event, TokenChunk):
@@ -132,8 +133,8 @@ def post_openai_completions(ctx: ServerContext, request: ApiRequest) -> ApiReply
     group = JobGroup(ctx.engine, requests, copies)
     response_id = random_id("chatcmpl-")
     if body.stream:
-        return ApiReply(stream=_openai_stream(ctx, group, requests, copies, request, response_id,
-                                              body.include_usage()))
+        return stream_reply(group, request.should_stop, lambda stream: _openai_stream(
+            ctx, stream, group.size, requests, copies, response_id, body.include_usage()))
     results = group.results(request.should_stop)
     reply = openai_envelope(ctx, "text_completion", response_id)
     reply["choices"] = [
@@ -152,15 +153,15 @@ def post_openai_completions(ctx: ServerContext, request: ApiRequest) -> ApiReply
 
 def _openai_stream(
     ctx: ServerContext,
-    group: JobGroup,
+    stream: Iterator[Streamed],
+    size: int,
     requests: list[GenerationRequest],
     copies: int,
-    request: ApiRequest,
     response_id: str,
     include_usage: bool,
 ) -> Iterator[SseEvent]:
     results: dict[int, Completion] = {}
-    for item in started_stream(group, request.should_stop):
+    for item in stream:
         event = item.event
         chunk = openai_envelope(ctx, "text_completion", response_id)
         if isinstance(event, TokenChunk):
@@ -174,7 +175,7 @@ def _openai_stream(
             results[item.index] = event
             chunk["choices"] = [{"text": "", "index": item.index, "logprobs": None,
                                  "finish_reason": finish_reason(event)}]
-            if len(results) == group.size and not include_usage:
+            if len(results) == size and not include_usage:
                 chunk["timings"] = timings_body(event.timings)
         yield SseEvent(chunk)
     if include_usage and results:

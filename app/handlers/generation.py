@@ -11,6 +11,7 @@ from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from app.api import ApiReply, SseEvent
 from app.engine import (
     CancelledError,
     Completion,
@@ -81,6 +82,18 @@ class JobGroup:
 class Streamed:
     index: int
     event: JobEvent
+
+
+def stream_reply(
+    group: JobGroup,
+    should_stop: Callable[[], bool],
+    render: Callable[[Iterator[Streamed]], Iterator[SseEvent]],
+    stream_error: Callable[[dict[str, Any]], SseEvent] | None = None,
+) -> ApiReply:
+    """The reply of every streaming route. The jobs are submitted (the group) and their first event
+    has arrived before the reply exists, so that what fails early (a prompt over the context, the
+    first decode) is a plain HTTP error with its status, never a 200 and an error event."""
+    return ApiReply(stream=render(started_stream(group, should_stop)), stream_error=stream_error)
 
 
 def started_stream(group: JobGroup, should_stop: Callable[[], bool]) -> Iterator[Streamed]:

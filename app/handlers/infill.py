@@ -11,7 +11,7 @@ from app.context import ServerContext
 from app.engine import Vocabulary
 from app.errors import InvalidRequestError, NotSupportedError
 from app.handlers.completions import native_body, native_stream
-from app.handlers.generation import JobGroup
+from app.handlers.generation import JobGroup, stream_reply
 from app.handlers.params import GenerationFields, completions_count, generation_request, validate_body
 
 SNIPPET_SEPARATOR = "\n\n--- snippet ---\n\n"
@@ -88,7 +88,7 @@ def post_infill(ctx: ServerContext, request: ApiRequest) -> ApiReply:
     copies = completions_count(ctx, body)
     group = JobGroup(ctx.engine, [job], copies)
     if body.stream:
-        return ApiReply(stream=native_stream(ctx, group, [job], copies, request))
+        return stream_reply(group, request.should_stop, lambda stream: native_stream(ctx, stream, [job], copies))
     results = group.results(request.should_stop)
     finals = [native_body(ctx, job, result, index, False, body.return_tokens) for index, result in enumerate(results)]
     return ApiReply(body=finals[0] if len(finals) == 1 else finals)

@@ -13,7 +13,17 @@ from pydantic import BaseModel, ConfigDict, Field
 from app.api import ApiReply, ApiRequest, SseEvent
 from app.context import ServerContext
 from app.errors import InvalidRequestError
-from app.handlers.chat_pipeline import ChatBody, ChatChoice, chat_deltas, chat_prompt_tokens, prepare_chat, run_chat
+from app.handlers.chat_pipeline import (
+    ChatBody,
+    ChatChoice,
+    ChatDelta,
+    chat_deltas,
+    chat_prompt_tokens,
+    prepare_chat,
+    run_chat,
+    submit_chat,
+)
+from app.handlers.generation import stream_reply
 from app.handlers.params import validate_body
 from app.handlers.shapes import random_id
 
@@ -163,7 +173,7 @@ def _output(ids: _Ids, choice: ChatChoice) -> list[dict[str, Any]]:
     if choice.reasoning:
         output.append(_reasoning_item(ids, choice.reasoning, "completed"))
     if choice.content or not choice.tool_calls:
-        output.append(_message_item(ids, choice.content, "completed"))
+        output.append(_message_item(ids, choice.content, _message_status(choice)))
     output.extend(_call_item(call, call.arguments, "completed") for call in choice.tool_calls)
     return output
 
@@ -179,18 +189,33 @@ def _envelope(ctx: ServerContext, ids: _Ids, body: ResponsesBody, created: int, 
     }
 
 
+def _message_status(choice: ChatChoice) -> str:
+    return "incomplete" if choice.finish_reason == "length" else "completed"
+
+
+def _finished(ctx: ServerContext, ids: _Ids, body: ResponsesBody, created: int, choice: ChatChoice,
+              n_prompt: int) -> dict[str, Any]:
+    """The final response object: ``incomplete`` with its reason when max_output_tokens cut it, as
+    OpenAI's API reports it; ``completed`` otherwise."""
+    status = _message_status(choice)
+    cut = status == "incomplete"
+    reply = _envelope(ctx, ids, body, created, status)
+    reply.update(output=_output(ids, choice), usage=_usage(choice, n_prompt), completed_at=int(time.time()),
+                 incomplete_details={"reason": "max_output_tokens"} if cut else None)
+    return reply
+
+
 def post_responses(ctx: ServerContext, request: ApiRequest) -> ApiReply:
     body = validate_body(ResponsesBody, request.json_object())
     prepared = prepare_chat(ctx, to_chat(body))
     ids = _Ids()
     created = int(time.time())
     if body.stream:
-        return ApiReply(stream=_stream(ctx, body, prepared, request, ids, created))
+        return stream_reply(submit_chat(ctx, prepared), request.should_stop,
+                            lambda stream: _stream(ctx, body, prepared, chat_deltas(ctx, prepared, stream), ids,
+                                                   created))
     choice = run_chat(ctx, prepared, request.should_stop)[0]
-    reply = _envelope(ctx, ids, body, created, "completed")
-    reply.update(output=_output(ids, choice), usage=_usage(choice, prepared.n_prompt),
-                 completed_at=int(time.time()))
-    return ApiReply(body=reply)
+    return ApiReply(body=_finished(ctx, ids, body, created, choice, prepared.n_prompt))
 
 
 def post_responses_input_tokens(ctx: ServerContext, request: ApiRequest) -> ApiReply:
@@ -199,9 +224,8 @@ def post_responses_input_tokens(ctx: ServerContext, request: ApiRequest) -> ApiR
     return ApiReply(body={"input_tokens": len(tokens), "object": "response.input_tokens"})
 
 
-def _stream(ctx: ServerContext, body: ResponsesBody, prepared: Any, request: ApiRequest, ids: _Ids,
-            created: int) -> Iterator[SseEvent]:
-    deltas = chat_deltas(ctx, prepared, request.should_stop)
+def _stream(ctx: ServerContext, body: ResponsesBody, prepared: Any, deltas: Iterator[ChatDelta], ids: _Ids,
+             created: int) -> Iterator[SseEvent]:
     sequence = 0
 
     def event(kind: str, **data: Any) -> SseEvent:
@@ -252,7 +276,7 @@ def _stream(ctx: ServerContext, body: ResponsesBody, prepared: Any, request: Api
         yield event("response.content_part.done", item_id=ids.message, output_index=message_index,
                     content_index=0, part=part)
         yield event("response.output_item.done", output_index=message_index,
-                    item=_message_item(ids, text, "completed"))
+                    item=_message_item(ids, text, _message_status(final)))
     for call in final.tool_calls:
         index, next_index = next_index, next_index + 1
         item = _call_item(call, "", "in_progress")
@@ -263,9 +287,8 @@ def _stream(ctx: ServerContext, body: ResponsesBody, prepared: Any, request: Api
                     arguments=call.arguments)
         yield event("response.output_item.done", output_index=index, item=_call_item(call, call.arguments,
                                                                                    "completed"))
-    done = _envelope(ctx, ids, body, created, "completed")
-    done.update(output=_output(ids, final), usage=_usage(final, prepared.n_prompt), completed_at=int(time.time()))
-    yield event("response.completed", response=done)
+    done = _finished(ctx, ids, body, created, final, prepared.n_prompt)
+    yield event(f"response.{done['status']}", response=done)
 
 
 def _open_message(event: Any, ids: _Ids, index: int) -> Iterator[SseEvent]:

@@ -274,14 +274,18 @@ def test_responses_create_and_stream(client: openai.OpenAI) -> None:
     response = client.responses.create(model="m", input="Say hello to the world.", max_output_tokens=16,
                                        temperature=0)
     assert response.object == "response" and response.id.startswith("resp_")
-    assert response.status == "completed"
     assert response.output_text
     assert response.usage is not None and response.usage.output_tokens > 0
+    if response.usage.output_tokens == 16:  # cut by max_output_tokens, as OpenAI reports it
+        assert response.status == "incomplete"
+        assert response.incomplete_details is not None and response.incomplete_details.reason == "max_output_tokens"
+    else:
+        assert response.status == "completed" and response.incomplete_details is None
     events = list(client.responses.create(model="m", input="Say hello to the world.", max_output_tokens=16,
                                           temperature=0, stream=True))
     kinds = [event.type for event in events]
     assert kinds[:2] == ["response.created", "response.in_progress"]
-    assert kinds[-1] == "response.completed"
+    assert kinds[-1] == f"response.{response.status}"
     for kind in ("response.output_item.added", "response.content_part.added", "response.output_text.delta",
                  "response.output_text.done", "response.content_part.done", "response.output_item.done"):
         assert kind in kinds
@@ -294,11 +298,22 @@ def test_responses_create_and_stream(client: openai.OpenAI) -> None:
 
 
 def test_responses_stream_helper_and_tools(client: openai.OpenAI) -> None:
-    with client.responses.stream(model="m", input="Say hi", max_output_tokens=8, temperature=0) as stream:
+    greeting = {"type": "json_schema", "name": "greeting", "strict": True, "schema": {
+        "type": "object", "properties": {"greeting": {"type": "string", "enum": ["hi"]}},
+        "required": ["greeting"], "additionalProperties": False}}
+    # The schema's grammar ends the answer, so it completes on every CPU.
+    with client.responses.stream(model="m", input="Say hi", max_output_tokens=64, temperature=0,
+                                 text={"format": greeting}) as stream:  # type: ignore[typeddict-item]
         for _ in stream:
             pass
         final = stream.get_final_response()
-    assert final.output_text
+    assert final.status == "completed" and json.loads(final.output_text) == {"greeting": "hi"}
+    with client.responses.stream(model="m", input="Say hi", max_output_tokens=2, temperature=0,
+                                 text={"format": greeting}) as stream:  # type: ignore[typeddict-item]
+        last = list(stream)[-1]
+    assert last.type == "response.incomplete"
+    assert last.response.incomplete_details is not None  # type: ignore[union-attr]
+    assert last.response.incomplete_details.reason == "max_output_tokens"  # type: ignore[union-attr]
     called = client.responses.create(
         model="m", input="What's the weather in Oslo?", max_output_tokens=100,
         tools=[{"type": "function", "name": "get_weather", "parameters": WEATHER_TOOL["function"]["parameters"]}],  # type: ignore[index,list-item]
