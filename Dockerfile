@@ -37,11 +37,12 @@ FROM build-${VARIANT} AS build
 # scripts/dev.sh): every CPU variant of ggml as a loadable library, the best one picked at start-up,
 # so one image runs on every x86-64 machine type (and the CUDA image falls back to the CPU without a
 # GPU). The flags are recorded in the venv, where the server reads them to explain a crash.
-COPY app/llama_build.py /tmp/llama_build.py
+COPY app/llama_build.py pyproject.toml /tmp/
 RUN CMAKE_ARGS="$(python3.11 /tmp/llama_build.py cmake-args) ${GPU_CMAKE_ARGS} -DLLAVA_BUILD=OFF" \
+    && VERSION="$(python3.11 /tmp/llama_build.py version --pyproject /tmp/pyproject.toml)" \
     && echo "$CMAKE_ARGS" > /opt/venv/.llama-cmake-args \
     && CMAKE_ARGS="$CMAKE_ARGS" LD_LIBRARY_PATH="${LIBRARY_PATH:-}" \
-       pip wheel --no-cache-dir --no-deps -w /wheels llama-cpp-python==0.3.36
+       pip wheel --no-cache-dir --no-deps -w /wheels "llama-cpp-python==${VERSION}"
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY app ./app

@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import argparse
 import platform
+import re
 import sys
+import tomllib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -182,6 +184,19 @@ def recorded_build_args(prefix: Path = Path(sys.prefix)) -> tuple[str, ...] | No
 
 
 
+PYPROJECT = Path(__file__).resolve().parents[1] / "pyproject.toml"
+
+
+def pinned_version(pyproject: Path = PYPROJECT) -> str:
+    """The llama-cpp-python version the project pins: its one ``==`` dependency in pyproject.toml."""
+    dependencies = tomllib.loads(pyproject.read_text())["project"]["dependencies"]
+    for dependency in dependencies:
+        match = re.fullmatch(r"llama-cpp-python\s*==\s*([\w.]+)", dependency.strip())
+        if match:
+            return match.group(1)
+    raise ValueError(f"{pyproject} pins no llama-cpp-python version")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="llama_build.py", description=__doc__.split("\n\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
@@ -189,7 +204,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     args_command.add_argument("--target", choices=TARGETS, default="portable")
     args_command.add_argument("--cpuinfo", type=Path, default=Path("/proc/cpuinfo"),
                               help="read the CPU from this file instead of /proc/cpuinfo")
+    version_command = commands.add_parser("version", help="print the llama-cpp-python version pyproject.toml pins")
+    version_command.add_argument("--pyproject", type=Path, default=PYPROJECT)
     options = parser.parse_args(argv)
+    if options.command == "version":
+        print(pinned_version(options.pyproject))
+        return 0
     try:
         print(" ".join(cmake_args(this_cpu(options.cpuinfo), options.target)))
     except UnsupportedPlatformError as exc:

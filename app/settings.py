@@ -1,19 +1,19 @@
 """Server settings: one declaration per option, parsed once at start-up.
 
-Each option is declared exactly once in ``OPTIONS`` (flags, environment variable, type, default,
-help). The command-line parser, the environment lookup and ``--help`` are all generated from those
-declarations. Precedence, highest first: command-line flag, ``LLAMA_ARG_*`` environment variable,
-default. Names and defaults follow llama.cpp's ``llama-server`` so that its users' configuration
-carries over. Nothing here reads the environment at import time.
+Each option is declared exactly once, as a field of ``Settings`` (type, default, flags, environment
+variable, help); ``OPTIONS`` is derived from the fields. The command-line parser, the environment
+lookup and ``--help`` are all generated from those declarations. Precedence, highest first:
+command-line flag, ``LLAMA_ARG_*`` environment variable, default. Names and defaults follow
+llama.cpp's ``llama-server`` so that its users' configuration carries over. Nothing here reads the
+environment at import time.
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import os
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
 Kind = Literal["str", "int", "float", "bool", "keys", "choice", "paths", "scaled"]
@@ -38,174 +38,130 @@ class Option:
     metavar: str | tuple[str, ...] | None = None
 
 
-OPTIONS: tuple[Option, ...] = (
-    Option("model", ("-m", "--model"), "str", None,
-           "GGUF model path (default: the embedded SmolLM2-135M-Instruct)", env="LLAMA_ARG_MODEL",
-           metavar="FNAME"),
-    Option("alias", ("-a", "--alias"), "str", None,
-           "comma-separated served model name(s); the id is the alphabetically first",
-           env="LLAMA_ARG_ALIAS", metavar="NAME"),
-    Option("host", ("--host",), "str", "127.0.0.1", "address to listen on", env="LLAMA_ARG_HOST"),
-    Option("port", ("--port",), "int", 8080, "port to listen on", env="LLAMA_ARG_PORT", minimum=0),
-    Option("ctx_size", ("-c", "--ctx-size"), "int", 0,
-           "total context size in tokens (0 = from the model); each slot gets ctx-size / parallel",
-           env="LLAMA_ARG_CTX_SIZE", minimum=0),
-    Option("n_parallel", ("-np", "--parallel"), "int", -1,
-           "number of slots, i.e. sequences decoded together (-1 = auto: 4)",
-           env="LLAMA_ARG_N_PARALLEL", minimum=-1),
-    Option("batch_size", ("-b", "--batch-size"), "int", 2048,
-           "logical batch size: most tokens in one decode step", env="LLAMA_ARG_BATCH", minimum=1),
-    Option("ubatch_size", ("-ub", "--ubatch-size"), "int", 512,
-           "physical batch size", env="LLAMA_ARG_UBATCH", minimum=1),
-    Option("threads", ("-t", "--threads"), "int", -1,
-           "CPU threads for generation (-1 = all cores)", env="LLAMA_ARG_THREADS", minimum=-1),
-    Option("threads_batch", ("-tb", "--threads-batch"), "int", -1,
-           "CPU threads for prompt processing (-1 = same as --threads)",
-           env="LLAMA_ARG_THREADS_BATCH", minimum=-1),
-    Option("n_gpu_layers", ("-ngl", "--gpu-layers", "--n-gpu-layers"), "str", "auto",
-           "layers to offload to the GPU: a number, 'auto' or 'all'", env="LLAMA_ARG_N_GPU_LAYERS",
-           metavar="N"),
-    Option("flash_attn", ("-fa", "--flash-attn"), "choice", "auto",
-           "flash attention", env="LLAMA_ARG_FLASH_ATTN", choices=("on", "off", "auto")),
-    Option("n_predict", ("-n", "--n-predict", "--predict"), "int", -1,
-           "most tokens to generate (-1 = until the context is full); also caps each request",
-           env="LLAMA_ARG_N_PREDICT", minimum=-1),
-    Option("seed", ("-s", "--seed"), "int", -1, "default sampling seed (-1 = random)",
-           env="LLAMA_ARG_SEED", minimum=-1),
-    Option("temp", ("--temp",), "float", 0.8, "default temperature", env="LLAMA_ARG_TEMP", minimum=0),
-    Option("top_k", ("--top-k",), "int", 40, "default top-k", env="LLAMA_ARG_TOP_K", minimum=0),
-    Option("top_p", ("--top-p",), "float", 0.95, "default top-p", env="LLAMA_ARG_TOP_P", minimum=0),
-    Option("min_p", ("--min-p",), "float", 0.05, "default min-p", env="LLAMA_ARG_MIN_P", minimum=0),
-    Option("repeat_penalty", ("--repeat-penalty",), "float", 1.0, "default repeat penalty",
-           env="LLAMA_ARG_REPEAT_PENALTY", minimum=0),
-    Option("repeat_last_n", ("--repeat-last-n",), "int", 64,
-           "default window of the repeat penalties (-1 = slot context)",
-           env="LLAMA_ARG_REPEAT_LAST_N", minimum=-1),
-    Option("api_keys", ("--api-key",), "keys", (),
-           "API key(s), comma-separated; repeatable", env="LLAMA_API_KEY", metavar="KEY"),
-    Option("api_key_file", ("--api-key-file",), "str", None,
-           "file with one API key per line", env="LLAMA_ARG_API_KEY_FILE", metavar="FNAME"),
-    Option("metrics", ("--metrics",), "bool", False, "enable GET /metrics (Prometheus)",
-           env="LLAMA_ARG_ENDPOINT_METRICS"),
-    Option("slots", ("--slots",), "bool", True, "enable GET /slots", env="LLAMA_ARG_ENDPOINT_SLOTS",
-           negative_flags=("--no-slots",)),
-    Option("props", ("--props",), "bool", False, "enable POST /props",
-           env="LLAMA_ARG_ENDPOINT_PROPS"),
-    Option("jinja", ("--jinja",), "bool", True,
-           "render chat with the model's Jinja template (--no-jinja: llama.cpp's built-in templates)",
-           env="LLAMA_ARG_JINJA", negative_flags=("--no-jinja",)),
-    Option("chat_template", ("--chat-template",), "str", None,
-           "chat template: a built-in name (chatml) or Jinja source", env="LLAMA_ARG_CHAT_TEMPLATE",
-           metavar="JINJA"),
-    Option("chat_template_file", ("--chat-template-file",), "str", None,
-           "file holding a Jinja chat template", env="LLAMA_ARG_CHAT_TEMPLATE_FILE", metavar="FNAME"),
-    Option("reasoning_format", ("--reasoning-format",), "choice", "auto",
-           "how <think> text is returned: auto/deepseek (split into reasoning_content), deepseek-legacy "
-           "(split and kept in the content), none (left in the content)", env="LLAMA_ARG_THINK",
-           choices=("auto", "none", "deepseek", "deepseek-legacy")),
-    Option("threads_http", ("--threads-http",), "int", -1,
-           "HTTP threads (-1 = max(parallel + 4, cores - 1))", env="LLAMA_ARG_THREADS_HTTP",
-           minimum=-1),
-    Option("timeout", ("-to", "--timeout"), "int", 600, "HTTP read/write timeout in seconds",
-           env="LLAMA_ARG_TIMEOUT", minimum=1),
-    Option("api_prefix", ("--api-prefix",), "str", "", "prefix every route with this path",
-           env="LLAMA_ARG_API_PREFIX", metavar="PREFIX"),
-    Option("cont_batching", ("-cb", "--cont-batching"), "bool", True,
-           "continuous batching: admit new requests while others generate",
-           env="LLAMA_ARG_CONT_BATCHING", negative_flags=("-nocb", "--no-cont-batching")),
-    Option("cache_prompt", ("--cache-prompt",), "bool", True,
-           "reuse each slot's KV prefix across requests (the per-request default)",
-           env="LLAMA_ARG_CACHE_PROMPT", negative_flags=("--no-cache-prompt",)),
-    Option("predict_default_route", ("--predict-default-route",), "str", "/v1/chat/completions",
-           "on Vertex AI, the route that answers a predict body that is not an instances envelope "
-           "(:rawPredict, :streamRawPredict)", env="LLAMA_ARG_PREDICT_DEFAULT_ROUTE", metavar="PATH"),
-    Option("max_body_bytes", ("--max-body-bytes",), "int", 10 * 1024 * 1024,
-           "largest request body accepted (413 above it); the default matches a dedicated Vertex AI endpoint",
-           env="LLAMA_ARG_MAX_BODY_BYTES", minimum=1),
-    Option("model_cache_dir", ("--model-cache-dir",), "str", None,
-           "where models from gs:// are downloaded (default: ~/.cache/vertex-llama/models)",
-           env="LLAMA_ARG_MODEL_CACHE_DIR", metavar="DIR"),
-    Option("embeddings", ("--embedding", "--embeddings"), "bool", False,
-           "llama-server's embedding-only mode: generation endpoints answer 501 (embeddings are always "
-           "served, from a second context on the model)", env="LLAMA_ARG_EMBEDDINGS"),
-    Option("reranking", ("--rerank", "--reranking"), "bool", False,
-           "enable the rerank endpoints (rank pooling; needs a model with a classification head)",
-           env="LLAMA_ARG_RERANKING"),
-    Option("pooling", ("--pooling",), "choice", "unspecified",
-           "pooling of the embedding context (default: the model's)", env="LLAMA_ARG_POOLING",
-           choices=("unspecified", "none", "mean", "cls", "last", "rank")),
-    Option("lora", ("--lora",), "paths", (), "LoRA adapter file (scale 1); repeatable", env="LLAMA_ARG_LORA",
-           metavar="FNAME"),
-    Option("lora_scaled", ("--lora-scaled",), "scaled", (), "LoRA adapter file and its scale; repeatable",
-           metavar=("FNAME", "SCALE")),
-    Option("slot_save_path", ("--slot-save-path",), "str", None,
-           "directory for POST /slots/{id}?action=save|restore files", env="LLAMA_ARG_SLOT_SAVE_PATH",
-           metavar="PATH"),
-    Option("sleep_idle_seconds", ("--sleep-idle-seconds",), "int", -1,
-           "free the model after this many idle seconds and load it again on the next request (-1: never)",
-           env="LLAMA_ARG_SLEEP_IDLE_SECONDS", minimum=-1),
-    Option("max_queue", ("--max-queue",), "int", 64,
-           "requests that may wait for a free slot; more are answered 503 at once", env="LLAMA_ARG_MAX_QUEUE",
-           minimum=0),
-    Option("cors_origins", ("--cors-origins",), "str", "*",
-           "comma-separated origins allowed by CORS ('*': any origin, reflected)", env="LLAMA_ARG_CORS_ORIGINS",
-           metavar="ORIGINS"),
-    Option("verbose", ("-v", "--verbose"), "bool", False, "verbose logging (llama.cpp logs too)",
-           env="LLAMA_ARG_VERBOSE"),
-)
+def option(flags: tuple[str, ...], kind: Kind, default: Any, help: str, **extra: Any) -> Any:
+    """A Settings field and its declaration: the field's name is the option's ``dest``, its default
+    the option's default; the rest (flags, kind, help, env, ...) rides in the field's metadata."""
+    return field(default=default, metadata={"option": {"flags": flags, "kind": kind, "help": help, **extra}})
 
 
 @dataclass(frozen=True)
 class Settings:
-    """Every option of ``OPTIONS``, resolved. Build with :func:`parse_settings`."""
+    """Every option, declared once: a field, its type and default, and its flags, environment
+    variable and help (``OPTIONS`` is derived from these fields). Build with :func:`parse_settings`."""
 
-    model: str | None = None
-    alias: str | None = None
-    host: str = "127.0.0.1"
-    port: int = 8080
-    ctx_size: int = 0
-    n_parallel: int = -1
-    batch_size: int = 2048
-    ubatch_size: int = 512
-    threads: int = -1
-    threads_batch: int = -1
-    n_gpu_layers: str = "auto"
-    flash_attn: str = "auto"
-    n_predict: int = -1
-    seed: int = -1
-    temp: float = 0.8
-    top_k: int = 40
-    top_p: float = 0.95
-    min_p: float = 0.05
-    repeat_penalty: float = 1.0
-    repeat_last_n: int = 64
-    api_keys: tuple[str, ...] = ()
-    api_key_file: str | None = None
-    metrics: bool = False
-    slots: bool = True
-    props: bool = False
-    jinja: bool = True
-    chat_template: str | None = None
-    chat_template_file: str | None = None
-    reasoning_format: str = "auto"
-    threads_http: int = -1
-    timeout: int = 600
-    api_prefix: str = ""
-    cont_batching: bool = True
-    cache_prompt: bool = True
-    predict_default_route: str = "/v1/chat/completions"
-    max_body_bytes: int = 10 * 1024 * 1024
-    model_cache_dir: str | None = None
-    embeddings: bool = False
-    reranking: bool = False
-    pooling: str = "unspecified"
-    lora: tuple[str, ...] = ()
-    lora_scaled: tuple[tuple[str, float], ...] = ()
-    slot_save_path: str | None = None
-    sleep_idle_seconds: int = -1
-    max_queue: int = 64
-    cors_origins: str = "*"
-    verbose: bool = False
+    model: str | None = option(("-m", "--model"), "str", None,
+        "GGUF model path (default: the embedded SmolLM2-135M-Instruct)", env="LLAMA_ARG_MODEL",
+        metavar="FNAME")
+    alias: str | None = option(("-a", "--alias"), "str", None,
+        "comma-separated served model name(s); the id is the alphabetically first",
+        env="LLAMA_ARG_ALIAS", metavar="NAME")
+    host: str = option(("--host",), "str", "127.0.0.1", "address to listen on", env="LLAMA_ARG_HOST")
+    port: int = option(("--port",), "int", 8080, "port to listen on", env="LLAMA_ARG_PORT", minimum=0)
+    ctx_size: int = option(("-c", "--ctx-size"), "int", 0,
+        "total context size in tokens (0 = from the model); each slot gets ctx-size / parallel",
+        env="LLAMA_ARG_CTX_SIZE", minimum=0)
+    n_parallel: int = option(("-np", "--parallel"), "int", -1,
+        "number of slots, i.e. sequences decoded together (-1 = auto: 4)",
+        env="LLAMA_ARG_N_PARALLEL", minimum=-1)
+    batch_size: int = option(("-b", "--batch-size"), "int", 2048,
+        "logical batch size: most tokens in one decode step", env="LLAMA_ARG_BATCH", minimum=1)
+    ubatch_size: int = option(("-ub", "--ubatch-size"), "int", 512,
+        "physical batch size", env="LLAMA_ARG_UBATCH", minimum=1)
+    threads: int = option(("-t", "--threads"), "int", -1,
+        "CPU threads for generation (-1 = all cores)", env="LLAMA_ARG_THREADS", minimum=-1)
+    threads_batch: int = option(("-tb", "--threads-batch"), "int", -1,
+        "CPU threads for prompt processing (-1 = same as --threads)",
+        env="LLAMA_ARG_THREADS_BATCH", minimum=-1)
+    n_gpu_layers: str = option(("-ngl", "--gpu-layers", "--n-gpu-layers"), "str", "auto",
+        "layers to offload to the GPU: a number, 'auto' or 'all'", env="LLAMA_ARG_N_GPU_LAYERS",
+        metavar="N")
+    flash_attn: str = option(("-fa", "--flash-attn"), "choice", "auto",
+        "flash attention", env="LLAMA_ARG_FLASH_ATTN", choices=("on", "off", "auto"))
+    n_predict: int = option(("-n", "--n-predict", "--predict"), "int", -1,
+        "most tokens to generate (-1 = until the context is full); also caps each request",
+        env="LLAMA_ARG_N_PREDICT", minimum=-1)
+    seed: int = option(("-s", "--seed"), "int", -1, "default sampling seed (-1 = random)",
+        env="LLAMA_ARG_SEED", minimum=-1)
+    temp: float = option(("--temp",), "float", 0.8, "default temperature", env="LLAMA_ARG_TEMP", minimum=0)
+    top_k: int = option(("--top-k",), "int", 40, "default top-k", env="LLAMA_ARG_TOP_K", minimum=0)
+    top_p: float = option(("--top-p",), "float", 0.95, "default top-p", env="LLAMA_ARG_TOP_P", minimum=0)
+    min_p: float = option(("--min-p",), "float", 0.05, "default min-p", env="LLAMA_ARG_MIN_P", minimum=0)
+    repeat_penalty: float = option(("--repeat-penalty",), "float", 1.0, "default repeat penalty",
+        env="LLAMA_ARG_REPEAT_PENALTY", minimum=0)
+    repeat_last_n: int = option(("--repeat-last-n",), "int", 64,
+        "default window of the repeat penalties (-1 = slot context)",
+        env="LLAMA_ARG_REPEAT_LAST_N", minimum=-1)
+    api_keys: tuple[str, ...] = option(("--api-key",), "keys", (),
+        "API key(s), comma-separated; repeatable", env="LLAMA_API_KEY", metavar="KEY")
+    api_key_file: str | None = option(("--api-key-file",), "str", None,
+        "file with one API key per line", env="LLAMA_ARG_API_KEY_FILE", metavar="FNAME")
+    metrics: bool = option(("--metrics",), "bool", False, "enable GET /metrics (Prometheus)",
+        env="LLAMA_ARG_ENDPOINT_METRICS")
+    slots: bool = option(("--slots",), "bool", True, "enable GET /slots", env="LLAMA_ARG_ENDPOINT_SLOTS",
+        negative_flags=("--no-slots",))
+    props: bool = option(("--props",), "bool", False, "enable POST /props",
+        env="LLAMA_ARG_ENDPOINT_PROPS")
+    jinja: bool = option(("--jinja",), "bool", True,
+        "render chat with the model's Jinja template (--no-jinja: llama.cpp's built-in templates)",
+        env="LLAMA_ARG_JINJA", negative_flags=("--no-jinja",))
+    chat_template: str | None = option(("--chat-template",), "str", None,
+        "chat template: a built-in name (chatml) or Jinja source", env="LLAMA_ARG_CHAT_TEMPLATE",
+        metavar="JINJA")
+    chat_template_file: str | None = option(("--chat-template-file",), "str", None,
+        "file holding a Jinja chat template", env="LLAMA_ARG_CHAT_TEMPLATE_FILE", metavar="FNAME")
+    reasoning_format: str = option(("--reasoning-format",), "choice", "auto",
+        "how <think> text is returned: auto/deepseek (split into reasoning_content), deepseek-legacy "
+        "(split and kept in the content), none (left in the content)", env="LLAMA_ARG_THINK",
+        choices=("auto", "none", "deepseek", "deepseek-legacy"))
+    threads_http: int = option(("--threads-http",), "int", -1,
+        "HTTP threads (-1 = max(parallel + 4, cores - 1))", env="LLAMA_ARG_THREADS_HTTP",
+        minimum=-1)
+    timeout: int = option(("-to", "--timeout"), "int", 600, "HTTP read/write timeout in seconds",
+        env="LLAMA_ARG_TIMEOUT", minimum=1)
+    api_prefix: str = option(("--api-prefix",), "str", "", "prefix every route with this path",
+        env="LLAMA_ARG_API_PREFIX", metavar="PREFIX")
+    cont_batching: bool = option(("-cb", "--cont-batching"), "bool", True,
+        "continuous batching: admit new requests while others generate",
+        env="LLAMA_ARG_CONT_BATCHING", negative_flags=("-nocb", "--no-cont-batching"))
+    cache_prompt: bool = option(("--cache-prompt",), "bool", True,
+        "reuse each slot's KV prefix across requests (the per-request default)",
+        env="LLAMA_ARG_CACHE_PROMPT", negative_flags=("--no-cache-prompt",))
+    predict_default_route: str = option(("--predict-default-route",), "str", "/v1/chat/completions",
+        "on Vertex AI, the route that answers a predict body that is not an instances envelope "
+        "(:rawPredict, :streamRawPredict)", env="LLAMA_ARG_PREDICT_DEFAULT_ROUTE", metavar="PATH")
+    max_body_bytes: int = option(("--max-body-bytes",), "int", 10 * 1024 * 1024,
+        "largest request body accepted (413 above it); the default matches a dedicated Vertex AI endpoint",
+        env="LLAMA_ARG_MAX_BODY_BYTES", minimum=1)
+    model_cache_dir: str | None = option(("--model-cache-dir",), "str", None,
+        "where models from gs:// are downloaded (default: ~/.cache/vertex-llama/models)",
+        env="LLAMA_ARG_MODEL_CACHE_DIR", metavar="DIR")
+    embeddings: bool = option(("--embedding", "--embeddings"), "bool", False,
+        "llama-server's embedding-only mode: generation endpoints answer 501 (embeddings are always "
+        "served, from a second context on the model)", env="LLAMA_ARG_EMBEDDINGS")
+    reranking: bool = option(("--rerank", "--reranking"), "bool", False,
+        "enable the rerank endpoints (rank pooling; needs a model with a classification head)",
+        env="LLAMA_ARG_RERANKING")
+    pooling: str = option(("--pooling",), "choice", "unspecified",
+        "pooling of the embedding context (default: the model's)", env="LLAMA_ARG_POOLING",
+        choices=("unspecified", "none", "mean", "cls", "last", "rank"))
+    lora: tuple[str, ...] = option(("--lora",), "paths", (), "LoRA adapter file (scale 1); repeatable",
+        env="LLAMA_ARG_LORA", metavar="FNAME")
+    lora_scaled: tuple[tuple[str, float], ...] = option(("--lora-scaled",), "scaled", (),
+        "LoRA adapter file and its scale; repeatable", metavar=("FNAME", "SCALE"))
+    slot_save_path: str | None = option(("--slot-save-path",), "str", None,
+        "directory for POST /slots/{id}?action=save|restore files", env="LLAMA_ARG_SLOT_SAVE_PATH",
+        metavar="PATH")
+    sleep_idle_seconds: int = option(("--sleep-idle-seconds",), "int", -1,
+        "free the model after this many idle seconds and load it again on the next request (-1: never)",
+        env="LLAMA_ARG_SLEEP_IDLE_SECONDS", minimum=-1)
+    max_queue: int = option(("--max-queue",), "int", 64,
+        "requests that may wait for a free slot; more are answered 503 at once", env="LLAMA_ARG_MAX_QUEUE",
+        minimum=0)
+    cors_origins: str = option(("--cors-origins",), "str", "*",
+        "comma-separated origins allowed by CORS ('*': any origin, reflected)", env="LLAMA_ARG_CORS_ORIGINS",
+        metavar="ORIGINS")
+    verbose: bool = option(("-v", "--verbose"), "bool", False, "verbose logging (llama.cpp logs too)",
+        env="LLAMA_ARG_VERBOSE")
 
     @property
     def slot_count(self) -> int:
@@ -252,6 +208,11 @@ class Settings:
             with open(self.api_key_file, encoding="utf-8") as handle:
                 keys.extend(line.strip() for line in handle if line.strip())
         return tuple(keys)
+
+
+OPTIONS: tuple[Option, ...] = tuple(
+    Option(dest=item.name, default=item.default, **item.metadata["option"]) for item in fields(Settings)
+)
 
 
 class SettingsError(ValueError):
@@ -382,4 +343,4 @@ def parse_settings(
 
 
 def settings_fields() -> tuple[str, ...]:
-    return tuple(field.name for field in dataclasses.fields(Settings))
+    return tuple(item.name for item in fields(Settings))

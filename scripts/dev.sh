@@ -18,7 +18,7 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="$ROOT/.venv"
 PYTHON_BIN="${PYTHON:-python3}"
-LLAMA_CPP_VERSION="0.3.36"
+LLAMA_CPP_VERSION=$("$PYTHON_BIN" "$ROOT/app/llama_build.py" version)  # pinned once, in pyproject.toml
 CACHE_ROOT="${XDG_CACHE_HOME:-$HOME/.cache}/vertex-llama/wheels"
 
 log() { printf '[dev] %s\n' "$*" >&2; }

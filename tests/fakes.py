@@ -108,6 +108,7 @@ class FakeBackend:
     decode_seconds: float = 0.0
     poison: int | None = None
     lora_history: list[tuple[float, ...]] = field(default_factory=list)
+    decodes_under_lora: list[tuple[frozenset[int], tuple[float, ...]]] = field(default_factory=list)
     _embedder: FakeEmbedder = field(default_factory=lambda: FakeEmbedder())
     closed: bool = False
 
@@ -134,6 +135,8 @@ class FakeBackend:
             assert entry.pos < self.n_ctx_seq, "position beyond the slot context"
             cells.append(entry.token)
         self.batches.append(list(batch))
+        self.decodes_under_lora.append((frozenset(entry.seq for entry in batch),
+                                        self.lora_history[-1] if self.lora_history else ()))
 
     def next_token(self, batch_index: int, params: SamplingParams) -> int:
         entry = self.batches[-1][batch_index]

@@ -192,7 +192,7 @@ def test_chat_streaming_event_sequence(vertex_server: Server) -> None:
     assert events[-1] == "[DONE]"
     first, *middle, final, usage = events[:-1]
     assert first["choices"][0]["delta"] == {"role": "assistant", "content": None}
-    assert all("role" not in event["choices"][0]["delta"] for event in middle)
+    assert middle and all("role" not in event["choices"][0]["delta"] for event in middle)
     assert final["choices"][0]["delta"] == {} and final["choices"][0]["finish_reason"] in ("stop", "length")
     assert usage["choices"] == [] and "timings" in usage
     assert usage["usage"]["completion_tokens"] == usage["timings"]["predicted_n"]

@@ -101,7 +101,8 @@ def test_completion_logprobs_and_native_probabilities(vertex_server: Server, cli
     logprobs = result.choices[0].logprobs
     assert logprobs is not None and logprobs.tokens and logprobs.token_logprobs
     assert "".join(logprobs.tokens) == result.choices[0].text
-    assert all(len(top) >= 1 for top in logprobs.top_logprobs or [])
+    assert logprobs.top_logprobs is not None and len(logprobs.top_logprobs) == len(logprobs.tokens)
+    assert all(len(top) >= 1 for top in logprobs.top_logprobs)
     native = post(vertex_server, "/completion", {"prompt": "The sky is", "n_predict": 4, "n_probs": 3,
                                                  "temperature": 0}).json()
     probs = native["completion_probabilities"]

@@ -431,10 +431,11 @@ def test_jobs_with_different_lora_scales_never_share_a_decode(backend: FakeBacke
     plain = engine.submit(request("one", lora=(0.0,)))
     adapted = engine.submit(request("two", lora=(1.0,)))
     assert isinstance(events_of(plain)[-1], Completion) and isinstance(events_of(adapted)[-1], Completion)
-    for batch, scales in zip(backend.batches, backend.lora_history[-len(backend.batches):], strict=False):
-        seqs = {entry.seq for entry in batch}
-        assert len(seqs) == 1 or scales in ((0.0,), (1.0,))
-    assert (0.0,) in backend.lora_history and (1.0,) in backend.lora_history
+    scales_of: dict[int, set[tuple[float, ...]]] = {}
+    for seqs, scales in backend.decodes_under_lora:
+        for seq in seqs:
+            scales_of.setdefault(seq, set()).add(scales)
+    assert sorted(scales_of.values(), key=str) == [{(0.0,)}, {(1.0,)}]  # each job always under its own scales
     assert backend.max_sequences_in_one_decode() == 1
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import yaml
 from dockerfile_parse import DockerfileParser
 
-from app.llama_build import BUILD_RECORD, X86_OPTIONS
+from app.llama_build import BUILD_RECORD, X86_OPTIONS, pinned_version
 from gcp import deploy
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -65,11 +65,22 @@ def test_both_image_variants_take_the_portable_cpu_flags_from_the_one_owner() ->
     text = (ROOT / "Dockerfile").read_text()
     for option in X86_OPTIONS:
         assert f"-DGGML_{option}=" not in text, option
-    assert "COPY app/llama_build.py /tmp/llama_build.py" in text
+    assert "COPY app/llama_build.py pyproject.toml /tmp/" in text
     build = next(line for line in instructions("RUN") if "pip wheel" in line)
     assert "$(python3.11 /tmp/llama_build.py cmake-args)" in build and "${GPU_CMAKE_ARGS}" in build
     assert f"/opt/venv/{BUILD_RECORD}" in build
     assert "-DGGML_CUDA=on" in " ".join(instructions("ENV"))
+
+
+def test_llama_cpp_python_is_pinned_once() -> None:
+    """pyproject.toml pins it; the install script and the image read that pin."""
+    version = pinned_version()
+    pyproject = (ROOT / "pyproject.toml").read_text()
+    assert pyproject.count("llama-cpp-python==") == 1 and f"llama-cpp-python=={version}" in pyproject
+    for name in ("Dockerfile", "scripts/dev.sh", "cloudbuild.yaml"):
+        assert version not in (ROOT / name).read_text(), name
+    assert "llama_build.py version" in (ROOT / "Dockerfile").read_text()
+    assert "llama_build.py\" version" in (ROOT / "scripts/dev.sh").read_text()
 
 
 def test_cloudbuild_smoke_tests_the_image_it_built() -> None:
