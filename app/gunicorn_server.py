@@ -16,7 +16,7 @@ from gunicorn.errors import HaltServer
 from gunicorn.glogging import Logger
 from gunicorn.workers.gthread import ThreadWorker
 
-from app.engine.llama_backend import LlamaBackend
+from app.engine.llama import LlamaBackend
 from app.fault_injection import Crash, with_crash
 from app.llama_build import recorded_build_args, this_cpu
 from app.logs import CloudLoggingFormatter

@@ -13,6 +13,7 @@ from pydantic import BaseModel
 
 from app.api import ApiReply, ApiRequest, Handler, Route, guard
 from app.context import ServerContext
+from app.errors import NotSupportedError
 from app.handlers.anthropic import MessagesBody, post_count_tokens, post_messages
 from app.handlers.chat import post_apply_template, post_chat_completions, post_chat_input_tokens
 from app.handlers.chat_pipeline import ChatBody
@@ -39,8 +40,29 @@ from app.handlers.server_info import (
 )
 from app.handlers.slot_actions import SlotFileBody, post_slot_action
 from app.handlers.tokens import DetokenizeBody, TokenizeBody, post_detokenize, post_tokenize
+from app.settings import Settings
 
 ContextHandler = Callable[[ServerContext, ApiRequest], ApiReply]
+
+
+@dataclass(frozen=True)
+class Switch:
+    """A setting a route needs: without it the route answers 501 naming the flag, as llama-server."""
+
+    is_on: Callable[[Settings], bool]
+    message: str
+
+
+METRICS = Switch(lambda s: s.metrics, "This server does not support metrics endpoint. Start it with `--metrics`")
+SLOTS = Switch(lambda s: s.slots, "This server does not support slots endpoint. Start it with `--slots`")
+PROPS = Switch(lambda s: s.props,
+               "This server does not support changing global properties. Start it with `--props`")
+RERANKING = Switch(lambda s: s.reranking, "This server does not support reranking. Start it with `--reranking`")
+SLOT_FILES = Switch(lambda s: bool(s.slot_save_path),
+                    "This server does not support slots action. Start it with `--slot-save-path`")
+# llama-server: --embeddings (and --reranking) make an embedding-only server.
+GENERATION = Switch(lambda s: not (s.embeddings or s.reranking),
+                    "This server does not support completions. Start it without `--embeddings`")
 
 
 @dataclass(frozen=True)
@@ -51,44 +73,48 @@ class RouteSpec:
     public: bool = False
     body: type[BaseModel] | None = None
     streams: bool = False
+    requires: Switch | None = None
 
 
 ROUTES: tuple[RouteSpec, ...] = (
     RouteSpec("GET", "/health", get_health, public=True),
     RouteSpec("GET", "/v1/health", get_health, public=True),
-    RouteSpec("GET", "/metrics", get_metrics),
+    RouteSpec("GET", "/metrics", get_metrics, requires=METRICS),
     RouteSpec("GET", "/props", get_props),
-    RouteSpec("POST", "/props", post_props),
+    RouteSpec("POST", "/props", post_props, requires=PROPS),
     RouteSpec("GET", "/models", get_models, public=True),
     RouteSpec("GET", "/v1/models", get_models, public=True),
-    RouteSpec("POST", "/completion", post_completion, body=CompletionBody, streams=True),
-    RouteSpec("POST", "/completions", post_completion, body=CompletionBody, streams=True),
-    RouteSpec("POST", "/v1/completions", post_openai_completions, body=CompletionBody, streams=True),
-    RouteSpec("POST", "/chat/completions", post_chat_completions, body=ChatBody, streams=True),
-    RouteSpec("POST", "/v1/chat/completions", post_chat_completions, body=ChatBody, streams=True),
+    RouteSpec("POST", "/completion", post_completion, body=CompletionBody, streams=True, requires=GENERATION),
+    RouteSpec("POST", "/completions", post_completion, body=CompletionBody, streams=True, requires=GENERATION),
+    RouteSpec("POST", "/v1/completions", post_openai_completions, body=CompletionBody, streams=True,
+              requires=GENERATION),
+    RouteSpec("POST", "/chat/completions", post_chat_completions, body=ChatBody, streams=True,
+              requires=GENERATION),
+    RouteSpec("POST", "/v1/chat/completions", post_chat_completions, body=ChatBody, streams=True,
+              requires=GENERATION),
     RouteSpec("POST", "/chat/completions/input_tokens", post_chat_input_tokens, body=ChatBody),
     RouteSpec("POST", "/v1/chat/completions/input_tokens", post_chat_input_tokens, body=ChatBody),
-    RouteSpec("POST", "/v1/responses", post_responses, body=ResponsesBody, streams=True),
-    RouteSpec("POST", "/responses", post_responses, body=ResponsesBody, streams=True),
+    RouteSpec("POST", "/v1/responses", post_responses, body=ResponsesBody, streams=True, requires=GENERATION),
+    RouteSpec("POST", "/responses", post_responses, body=ResponsesBody, streams=True, requires=GENERATION),
     RouteSpec("POST", "/responses/input_tokens", post_responses_input_tokens, body=ResponsesBody),
     RouteSpec("POST", "/v1/responses/input_tokens", post_responses_input_tokens, body=ResponsesBody),
-    RouteSpec("POST", "/v1/messages", post_messages, body=MessagesBody, streams=True),
+    RouteSpec("POST", "/v1/messages", post_messages, body=MessagesBody, streams=True, requires=GENERATION),
     RouteSpec("POST", "/v1/messages/count_tokens", post_count_tokens, body=MessagesBody),
-    RouteSpec("POST", "/infill", post_infill, body=InfillBody, streams=True),
+    RouteSpec("POST", "/infill", post_infill, body=InfillBody, streams=True, requires=GENERATION),
     RouteSpec("POST", "/embedding", post_embedding, body=NativeEmbeddingBody),
     RouteSpec("POST", "/embeddings", post_embedding, body=NativeEmbeddingBody),
     RouteSpec("POST", "/v1/embeddings", post_openai_embeddings, body=OpenAIEmbeddingBody),
-    RouteSpec("POST", "/rerank", post_rerank, body=RerankBody),
-    RouteSpec("POST", "/reranking", post_rerank, body=RerankBody),
-    RouteSpec("POST", "/v1/rerank", post_rerank, body=RerankBody),
-    RouteSpec("POST", "/v1/reranking", post_rerank, body=RerankBody),
+    RouteSpec("POST", "/rerank", post_rerank, body=RerankBody, requires=RERANKING),
+    RouteSpec("POST", "/reranking", post_rerank, body=RerankBody, requires=RERANKING),
+    RouteSpec("POST", "/v1/rerank", post_rerank, body=RerankBody, requires=RERANKING),
+    RouteSpec("POST", "/v1/reranking", post_rerank, body=RerankBody, requires=RERANKING),
     RouteSpec("POST", "/tokenize", post_tokenize, body=TokenizeBody),
     RouteSpec("POST", "/detokenize", post_detokenize, body=DetokenizeBody),
     RouteSpec("POST", "/apply-template", post_apply_template, body=ChatBody),
     RouteSpec("GET", "/lora-adapters", get_lora_adapters),
     RouteSpec("POST", "/lora-adapters", post_lora_adapters, body=LoraScalesBody),
-    RouteSpec("GET", "/slots", get_slots),
-    RouteSpec("POST", "/slots/:id_slot", post_slot_action, body=SlotFileBody),
+    RouteSpec("GET", "/slots", get_slots, requires=SLOTS),
+    RouteSpec("POST", "/slots/:id_slot", post_slot_action, body=SlotFileBody, requires=SLOT_FILES),
     RouteSpec("GET", "/openapi.json", get_openapi, public=True),
 )
 
@@ -96,6 +122,8 @@ ROUTES: tuple[RouteSpec, ...] = (
 def bind_routes(ctx: ServerContext, specs: Iterable[RouteSpec] = ROUTES) -> tuple[Route, ...]:
     def bound(spec: RouteSpec) -> Handler:
         def call(request: ApiRequest) -> ApiReply:
+            if spec.requires is not None and not spec.requires.is_on(ctx.settings):
+                raise NotSupportedError(spec.requires.message)
             return spec.handler(ctx, request)
 
         call.__name__ = spec.handler.__name__

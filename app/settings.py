@@ -13,8 +13,10 @@ from __future__ import annotations
 import argparse
 import os
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import Any, Literal
+
+from app.engine.types import RANDOM_SEED, SamplingParams
 
 Kind = Literal["str", "int", "float", "bool", "keys", "choice", "paths", "scaled"]
 
@@ -162,6 +164,14 @@ class Settings:
         metavar="ORIGINS")
     verbose: bool = option(("-v", "--verbose"), "bool", False, "verbose logging (llama.cpp logs too)",
         env="LLAMA_ARG_VERBOSE")
+
+    @property
+    def sampling_defaults(self) -> SamplingParams:
+        """The sampling a request gets for every field it does not set: SamplingParams' defaults,
+        with the server's own (--temp, --top-k, ...) in their place."""
+        return replace(SamplingParams(), temperature=self.temp, top_k=self.top_k, top_p=self.top_p,
+                       min_p=self.min_p, repeat_penalty=self.repeat_penalty, repeat_last_n=self.repeat_last_n,
+                       seed=RANDOM_SEED if self.seed < 0 else self.seed)
 
     @property
     def slot_count(self) -> int:

@@ -14,7 +14,7 @@ from flask import Flask
 
 from app.context import ServerContext
 from app.engine import Backend, Engine, EngineOptions
-from app.engine.llama_backend import LlamaBackend, LlamaConfig
+from app.engine.llama import LlamaBackend, LlamaConfig
 from app.http import create_app
 from app.routes import bind_routes
 from app.settings import Settings

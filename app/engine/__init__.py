@@ -1,11 +1,11 @@
 """The engine: jobs, slots, the scheduler and the llama.cpp backend.
 
 Rule: no Flask, no werkzeug, no request or response JSON. HTTP threads call ``Engine.submit`` and
-read the job's events; only ``llama_backend`` imports ``llama_cpp``.
+read the job's events; only ``app.engine.llama`` imports ``llama_cpp``.
 """
 
 from app.engine.backend import Backend, BatchToken, ModelInfo, Sampler, Vocabulary
-from app.engine.engine import Engine, EngineOptions, SlotView
+from app.engine.engine import Engine, EngineOptions
 from app.engine.errors import (
     CancelledError,
     ContextExceededError,
@@ -29,6 +29,7 @@ from app.engine.types import (
     GenerationRequest,
     JobEvent,
     SamplingParams,
+    SlotView,
     Timings,
     TokenChunk,
 )

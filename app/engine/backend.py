@@ -1,6 +1,6 @@
 """The seam between the scheduler and llama.cpp: what one engine step needs from a model.
 
-``LlamaBackend`` (``llama_backend.py``) is the real implementation and the only module that
+``LlamaBackend`` (``app/engine/llama/``) is the real implementation, in the only package that
 imports ``llama_cpp``. Unit tests use a small fake with the same interface.
 """
 

@@ -8,26 +8,38 @@ job; facts about the model (``info``, slot counts) stay answerable while it slee
 
 from __future__ import annotations
 
+import enum
 import logging
 import queue
 import threading
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TypeVar
 
 from app.engine.backend import Backend, ModelInfo, Vocabulary
 from app.engine.errors import ContextExceededError, EngineError, InvalidJobError, NotReadyError, OverloadedError
 from app.engine.scheduler import Scheduler, SchedulerOptions
+from app.engine.slot_files import SlotFileResult, erase_slot, restore_slot, save_slot
 from app.engine.slots import ControlJob, EmbedJob, EventSink, Job, Slot
 from app.engine.stats import EngineStats, StatsRecorder
-from app.engine.types import RANDOM_SEED, GenerationRequest
+from app.engine.types import RANDOM_SEED, GenerationRequest, SlotView
 
 log = logging.getLogger(__name__)
 
 BackendFactory = Callable[[], Backend]
-InboxItem = Job | EmbedJob | ControlJob | str | None
-WAKE = "wake"
+T = TypeVar("T")
+
+
+class Signal(enum.Enum):
+    """What the engine thread is told besides work."""
+
+    WAKE = "wake"  # load the sleeping model (work will follow)
+    STOP = "stop"  # free the model and end the thread
+
+
+InboxItem = Job | EmbedJob | ControlJob | Signal
 POLL_SECONDS = 0.5
 
 
@@ -39,24 +51,6 @@ class EngineOptions:
     embed_n_ctx: int = 512
     lora_scales: tuple[float, ...] = ()  # the starting global scale of each --lora adapter
     max_queue: int = 64  # jobs that may wait for a slot; more are refused with OverloadedError
-
-
-@dataclass(frozen=True)
-class SlotView:
-    """What /slots shows of a slot, read without stopping the engine."""
-
-    id: int
-    n_ctx: int
-    is_processing: bool
-    id_task: int | None
-    n_cached: int
-    n_prompt_processed: int
-    n_prompt_cache: int
-    n_decoded: int
-    n_remain: int
-    has_next_token: bool
-    has_new_line: bool
-    request: GenerationRequest | None
 
 
 @dataclass(frozen=True)
@@ -97,7 +91,7 @@ class Engine:
 
     def stop(self, timeout: float = 30.0) -> None:
         """Stop the engine thread and free the model (fails what is still running)."""
-        self._inbox.put(None)
+        self._inbox.put(Signal.STOP)
         if self._thread is not None:
             self._thread.join(timeout)
 
@@ -125,7 +119,7 @@ class Engine:
         """The backend, woken first if it sleeps."""
         self._known()
         if not self._awake.is_set():
-            self._inbox.put(WAKE)
+            self._inbox.put(Signal.WAKE)
             while not self._awake.wait(POLL_SECONDS):
                 if self._stopped.is_set() or self._load_error is not None:
                     raise NotReadyError("the model could not be loaded again")
@@ -240,41 +234,30 @@ class Engine:
         self._inbox.put(job)
         return job
 
-    def control(self, action: Callable[[Scheduler], Any], timeout: float = 600.0) -> Any:
+    def control(self, action: Callable[[Scheduler], T], timeout: float = 600.0) -> T:
         """Run ``action`` on the engine thread between two steps and return its result."""
         self._loaded()
         job = ControlJob(action)
         self._inbox.put(job)
         try:
-            _, outcome = job.sink.get(timeout=timeout)
-        except queue.Empty:
+            result: T = job.outcome.result(timeout=timeout)
+        except FutureTimeout:
             raise NotReadyError("the engine did not answer in time") from None
-        if isinstance(outcome, BaseException):
-            raise outcome
-        return outcome
+        return result
+
+    def save_slot(self, slot: int, path: str) -> SlotFileResult:
+        """Write an idle slot's KV cells and tokens to ``path`` (on the engine thread)."""
+        return self.control(lambda scheduler: save_slot(scheduler, slot, path))
+
+    def restore_slot(self, slot: int, path: str) -> SlotFileResult:
+        return self.control(lambda scheduler: restore_slot(scheduler, slot, path))
+
+    def erase_slot(self, slot: int) -> SlotFileResult:
+        return self.control(lambda scheduler: erase_slot(scheduler, slot))
 
     def slot_views(self) -> list[SlotView]:
         facts = self._known()
-        views = []
-        for slot in list(self._slots):
-            request = slot.last_request
-            n_predict = request.n_predict if request else -1
-            n_decoded = len(slot.generated)
-            views.append(SlotView(
-                id=slot.id,
-                n_ctx=facts.n_ctx_seq,
-                is_processing=slot.busy,
-                id_task=slot.last_task,
-                n_cached=len(slot.cached),
-                n_prompt_processed=slot.last_prompt_n,
-                n_prompt_cache=slot.cache_n,
-                n_decoded=n_decoded,
-                n_remain=(n_predict - n_decoded) if n_predict >= 0 else -1,
-                has_next_token=slot.busy,
-                has_new_line="\n" in slot.text,
-                request=request,
-            ))
-        return views
+        return [slot.view(facts.n_ctx_seq) for slot in list(self._slots)]
 
     # ---- the engine thread -----------------------------------------------------------------
 
@@ -360,7 +343,7 @@ class Engine:
         self._backend = None
         self._stats.on_sleep(True)
         item = self._inbox.get()
-        if item is None:
+        if item is Signal.STOP:
             return None
         log.info("waking: loading the model again")
         woken = self._load()
@@ -368,7 +351,7 @@ class Engine:
         if woken is None:
             self._stopped.set()
             return None
-        if item != WAKE:
+        if item is not Signal.WAKE:
             self._inbox.put(item)
         return woken
 
@@ -379,7 +362,7 @@ class Engine:
         except queue.Empty:
             return True
         while True:
-            if item is None:
+            if item is Signal.STOP:
                 return False
             if isinstance(item, Job):
                 scheduler.pending.append(item)
@@ -403,8 +386,10 @@ class Engine:
             if isinstance(item, Job):
                 for member in item.family:
                     member.emit(error)
-            elif isinstance(item, EmbedJob | ControlJob):
+            elif isinstance(item, EmbedJob):
                 item.sink.put((0, error))
+            elif isinstance(item, ControlJob):
+                item.outcome.set_exception(error)
 
 
 __all__ = ["Engine", "EngineOptions", "SlotView"]

@@ -15,11 +15,12 @@ from collections import deque
 from dataclasses import dataclass, replace
 
 from app.engine.backend import Backend, BatchToken
-from app.engine.errors import CancelledError, ContextExceededError, DecodeError, EngineError
+from app.engine.embedding_batches import run_embedding_decode
+from app.engine.errors import CancelledError, DecodeError, EngineError
 from app.engine.slots import ControlJob, EmbedJob, Job, Slot, SlotState
 from app.engine.stats import StatsRecorder
 from app.engine.text import scan_for_stop
-from app.engine.types import Completion, EmbeddingResult, FinishReason, Timings, TokenChunk
+from app.engine.types import Completion, FinishReason, Timings, TokenChunk
 
 log = logging.getLogger(__name__)
 
@@ -57,55 +58,12 @@ class Scheduler:
         while self.controls:
             job = self.controls.popleft()
             try:
-                outcome: object = job.action(self)
+                job.outcome.set_result(job.action(self))
             except Exception as exc:
-                outcome = exc
-            job.sink.put((0, outcome))
+                job.outcome.set_exception(exc)
 
     def run_embeddings(self) -> None:
-        """One embedding decode: as many queued inputs as fit (from one or more jobs)."""
-        if not self.embeddings:
-            return
-        try:
-            embedder = self.backend.embedder()
-        except EngineError as exc:
-            while self.embeddings:
-                self.embeddings.popleft().sink.put((0, exc))
-            return
-        for job in list(self.embeddings):
-            longest = max(len(tokens) for tokens in job.inputs)
-            if longest > embedder.n_ctx:
-                self.embeddings.remove(job)
-                job.sink.put((0, ContextExceededError(longest, embedder.n_ctx)))
-        batch: list[tuple[EmbedJob, int]] = []
-        tokens = 0
-        for job in self.embeddings:
-            for number in range(job.done, len(job.inputs)):
-                size = len(job.inputs[number])
-                if batch and (tokens + size > embedder.n_ctx or len(batch) >= embedder.n_seq):
-                    break
-                batch.append((job, number))
-                tokens += size
-            else:
-                continue
-            break
-        if not batch:
-            return
-        try:
-            vectors = embedder.embed([job.inputs[number] for job, number in batch])
-        except EngineError as exc:
-            for job in {id(job): job for job, _ in batch}.values():
-                self.embeddings.remove(job)
-                job.sink.put((0, exc))
-            return
-        self.stats.on_decode(tokens, len(batch))
-        for (job, number), result in zip(batch, vectors, strict=True):
-            job.results[number] = result
-            job.done = number + 1
-        while self.embeddings and self.embeddings[0].done == len(self.embeddings[0].inputs):
-            job = self.embeddings.popleft()
-            job.sink.put((0, EmbeddingResult(tuple(job.results), tuple(len(t) for t in job.inputs),
-                                             embedder.pooling)))
+        run_embedding_decode(self.embeddings, self.backend, self.stats)
 
     # ---- admission -------------------------------------------------------------------------
 
@@ -406,6 +364,6 @@ class Scheduler:
         for embed in self.embeddings:
             embed.sink.put((0, error))
         for control in self.controls:
-            control.sink.put((0, error))
+            control.outcome.set_exception(error)
         self.embeddings.clear()
         self.controls.clear()

@@ -7,6 +7,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from itertools import count
 from typing import Any
@@ -14,7 +15,7 @@ from typing import Any
 from app.engine.backend import Sampler
 from app.engine.errors import EngineError
 from app.engine.text import Utf8Stream
-from app.engine.types import GenerationRequest, JobEvent, TokenChunk, TokenProbs
+from app.engine.types import GenerationRequest, JobEvent, SlotView, TokenChunk, TokenProbs
 
 _job_ids = count()
 
@@ -69,11 +70,12 @@ class EmbedJob:
 
 
 class ControlJob:
-    """Something to do on the engine thread between steps (slot files, ...); emits its result."""
+    """Something to do on the engine thread between steps (slot files, ...); its outcome is the
+    future's result or exception."""
 
     def __init__(self, action: Callable[[Any], Any]) -> None:
         self.action = action
-        self.sink: queue.SimpleQueue[tuple[int, Any]] = queue.SimpleQueue()
+        self.outcome: Future[Any] = Future()
 
 
 class SlotState(enum.Enum):
@@ -166,3 +168,15 @@ class Slot:
         self.pending = []
         self.leader = None
         self.last_used = time.monotonic()
+
+    def view(self, n_ctx: int) -> SlotView:
+        """What /slots shows of this slot (read from another thread: a snapshot, not a lock)."""
+        request = self.last_request
+        n_predict = request.n_predict if request else -1
+        n_decoded = len(self.generated)
+        return SlotView(
+            id=self.id, n_ctx=n_ctx, is_processing=self.busy, id_task=self.last_task,
+            n_cached=len(self.cached), n_prompt_processed=self.last_prompt_n, n_prompt_cache=self.cache_n,
+            n_decoded=n_decoded, n_remain=(n_predict - n_decoded) if n_predict >= 0 else -1,
+            has_next_token=self.busy, has_new_line="\n" in self.text, request=request,
+        )

@@ -134,3 +134,21 @@ class EmbeddingResult:
     vectors: tuple[list[list[float]], ...]
     n_tokens: tuple[int, ...]
     pooling: str
+
+
+@dataclass(frozen=True)
+class SlotView:
+    """What /slots shows of a slot, read without stopping the engine."""
+
+    id: int
+    n_ctx: int
+    is_processing: bool
+    id_task: int | None
+    n_cached: int
+    n_prompt_processed: int
+    n_prompt_cache: int
+    n_decoded: int
+    n_remain: int
+    has_next_token: bool
+    has_new_line: bool
+    request: GenerationRequest | None

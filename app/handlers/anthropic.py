@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -30,17 +30,49 @@ from app.handlers.shapes import random_id
 DEFAULT_MAX_TOKENS = 4096
 
 
+class TextBlock(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    type: Literal["text"]
+    text: str
+
+
+class ToolUseBlock(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    type: Literal["tool_use"]
+    id: str
+    name: str
+    input: dict[str, Any] = Field(default_factory=dict)
+
+
+class ToolResultBlock(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    type: Literal["tool_result"]
+    tool_use_id: str
+    content: str | list[TextBlock] | Any = ""
+
+
+class ThinkingBlock(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    type: Literal["thinking", "redacted_thinking"]
+
+
+ContentBlock = Annotated[
+    TextBlock | ToolUseBlock | ToolResultBlock | ThinkingBlock,
+    Field(discriminator="type"),
+]
+
+
 class AnthropicMessage(BaseModel):
     model_config = ConfigDict(extra="allow")
     role: Literal["user", "assistant"]
-    content: str | list[dict[str, Any]]
+    content: str | list[ContentBlock]
 
 
 class MessagesBody(BaseModel):
     model_config = ConfigDict(extra="allow")
     model: str | None = None
     messages: list[AnthropicMessage] = Field(min_length=1)
-    system: str | list[dict[str, Any]] | None = None
+    system: str | list[TextBlock] | None = None
     max_tokens: int = Field(DEFAULT_MAX_TOKENS, ge=1)
     stop_sequences: list[str] | None = None
     temperature: float | None = None
@@ -53,41 +85,33 @@ class MessagesBody(BaseModel):
     chat_template_kwargs: dict[str, Any] | None = None
 
 
-def _block_text(block: dict[str, Any], where: str) -> str:
-    if block.get("type") != "text":
-        raise InvalidRequestError(f"Field '{where}.type': {block.get('type')!r} is not supported here")
-    return str(block.get("text", ""))
-
-
-def _tool_result_text(content: Any, where: str) -> str:
+def _tool_result_text(content: Any) -> str:
     if isinstance(content, str):
         return content
-    if isinstance(content, list):
-        return "\n".join(_block_text(block, f"{where}.{i}") for i, block in enumerate(content))
+    if isinstance(content, list) and all(isinstance(block, TextBlock) for block in content):
+        return "\n".join(block.text for block in content)
     return json.dumps(content)
 
 
 def _convert_message(message: AnthropicMessage, number: int) -> list[dict[str, Any]]:
-    where = f"messages.{number}.content"
     if isinstance(message.content, str):
         return [{"role": message.role, "content": message.content}]
     texts: list[str] = []
     calls: list[dict[str, Any]] = []
     results: list[dict[str, Any]] = []
     for index, block in enumerate(message.content):
-        kind = block.get("type")
-        if kind == "text":
-            texts.append(str(block.get("text", "")))
-        elif kind == "tool_use" and message.role == "assistant":
-            calls.append({"id": block.get("id"), "type": "function", "function": {
-                "name": block.get("name"), "arguments": json.dumps(block.get("input", {}))}})
-        elif kind == "tool_result" and message.role == "user":
-            results.append({"role": "tool", "tool_call_id": block.get("tool_use_id"),
-                            "content": _tool_result_text(block.get("content", ""), f"{where}.{index}.content")})
-        elif kind in ("thinking", "redacted_thinking"):
-            continue
-        else:
-            raise InvalidRequestError(f"Field '{where}.{index}.type': {kind!r} is not supported (text only)")
+        if isinstance(block, TextBlock):
+            texts.append(block.text)
+        elif isinstance(block, ToolUseBlock):
+            if message.role != "assistant":
+                raise InvalidRequestError(f"Field 'messages.{number}.content.{index}': tool_use is an assistant block")
+            calls.append({"id": block.id, "type": "function", "function": {
+                "name": block.name, "arguments": json.dumps(block.input)}})
+        elif isinstance(block, ToolResultBlock):
+            if message.role != "user":
+                raise InvalidRequestError(f"Field 'messages.{number}.content.{index}': tool_result is a user block")
+            results.append({"role": "tool", "tool_call_id": block.tool_use_id,
+                            "content": _tool_result_text(block.content)})
     converted: list[dict[str, Any]] = list(results)
     if texts or calls:
         item: dict[str, Any] = {"role": message.role, "content": "\n".join(texts) if texts else None}
@@ -115,8 +139,7 @@ def _tool_choice(choice: dict[str, Any] | None) -> Any:
 def to_chat(body: MessagesBody) -> ChatBody:
     messages: list[dict[str, Any]] = []
     if body.system:
-        system = body.system if isinstance(body.system, str) else "\n".join(
-            _block_text(block, f"system.{i}") for i, block in enumerate(body.system))
+        system = body.system if isinstance(body.system, str) else "\n".join(block.text for block in body.system)
         messages.append({"role": "system", "content": system})
     for number, message in enumerate(body.messages):
         messages.extend(_convert_message(message, number))

@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from app.api import ApiReply, ApiRequest
 from app.context import ServerContext
 from app.engine import EmbeddingResult, EngineError
-from app.errors import InvalidRequestError, NotSupportedError
+from app.errors import InvalidRequestError
 from app.handlers.generation import next_event
 from app.handlers.params import validate_body
 from app.handlers.prompts import tokenize_prompt
@@ -147,8 +147,6 @@ def _rerank_inputs(ctx: ServerContext, query: str, documents: list[str]) -> list
 
 
 def post_rerank(ctx: ServerContext, request: ApiRequest) -> ApiReply:
-    if not ctx.settings.reranking:
-        raise NotSupportedError("This server does not support reranking. Start it with `--reranking`")
     body = validate_body(RerankBody, request.json_object())
     if body.query is None:
         raise InvalidRequestError('"query" must be provided')

@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
-from typing import Any
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag
 
 from app.api import ApiReply, ApiRequest, SseEvent
 from app.context import ServerContext
@@ -28,9 +28,59 @@ from app.handlers.params import validate_body
 from app.handlers.shapes import random_id
 
 
+class TextPart(BaseModel):
+    type: Literal["input_text", "output_text", "text"]
+    text: str
+
+
+class MessageItem(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    type: Literal["message"] = "message"
+    role: Literal["user", "system", "developer", "assistant"]
+    content: str | list[TextPart]
+
+
+class FunctionCallItem(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    type: Literal["function_call"]
+    call_id: str | None = None
+    id: str | None = None
+    name: str
+    arguments: str = "{}"
+
+
+class FunctionCallOutputItem(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    type: Literal["function_call_output"]
+    call_id: str
+    output: Any = ""
+
+
+class ReasoningItem(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    type: Literal["reasoning"]
+
+
+def _item_kind(item: Any) -> str | None:
+    """The tag of an input item: its ``type``, ``message`` when it has none (as OpenAI allows)."""
+    if isinstance(item, dict):
+        kind = item.get("type", "message")
+        return kind if isinstance(kind, str) else None
+    return getattr(item, "type", None)
+
+
+InputItem = Annotated[
+    Annotated[MessageItem, Tag("message")] | Annotated[FunctionCallItem, Tag("function_call")]
+    | Annotated[FunctionCallOutputItem, Tag("function_call_output")] | Annotated[ReasoningItem, Tag("reasoning")],
+    Discriminator(_item_kind, custom_error_type="input_item_type",
+                  custom_error_message="unknown input item type (this server takes message, function_call, "
+                                       "function_call_output and reasoning items)"),
+]
+
+
 class ResponsesBody(BaseModel):
     model_config = ConfigDict(extra="allow")
-    input: str | list[dict[str, Any]]
+    input: str | list[InputItem]
     instructions: str | None = None
     max_output_tokens: int | None = Field(None, ge=1)
     temperature: float | None = None
@@ -44,19 +94,8 @@ class ResponsesBody(BaseModel):
     model: str | None = None
 
 
-def _text_parts(content: Any, where: str) -> str:
-    if isinstance(content, str):
-        return content
-    if not isinstance(content, list):
-        raise InvalidRequestError(f"Field '{where}': must be a string or a list of content parts")
-    texts = []
-    for number, part in enumerate(content):
-        kind = part.get("type") if isinstance(part, dict) else None
-        if kind in ("input_text", "output_text", "text"):
-            texts.append(str(part.get("text", "")))
-        else:
-            raise InvalidRequestError(f"Field '{where}.{number}.type': {kind!r} is not supported (text only)")
-    return "\n".join(texts)
+def _text_of(content: str | list[TextPart]) -> str:
+    return content if isinstance(content, str) else "\n".join(part.text for part in content)
 
 
 def _messages(body: ResponsesBody) -> list[dict[str, Any]]:
@@ -65,29 +104,20 @@ def _messages(body: ResponsesBody) -> list[dict[str, Any]]:
         messages.append({"role": "system", "content": body.instructions})
     if isinstance(body.input, str):
         return [*messages, {"role": "user", "content": body.input}]
-    for number, item in enumerate(body.input):
-        where = f"input.{number}"
-        kind = item.get("type", "message")
-        if kind == "message":
-            role = item.get("role")
-            if role not in ("user", "system", "developer", "assistant"):
-                raise InvalidRequestError(f"Field '{where}.role': must be user, system, developer or assistant")
-            messages.append({"role": role, "content": _text_parts(item.get("content", ""), f"{where}.content")})
-        elif kind == "function_call":
-            call = {"id": item.get("call_id") or item.get("id"), "type": "function",
-                    "function": {"name": item.get("name"), "arguments": item.get("arguments", "{}")}}
+    for item in body.input:
+        if isinstance(item, MessageItem):
+            messages.append({"role": item.role, "content": _text_of(item.content)})
+        elif isinstance(item, FunctionCallItem):
+            call = {"id": item.call_id or item.id, "type": "function",
+                    "function": {"name": item.name, "arguments": item.arguments}}
             if messages and messages[-1]["role"] == "assistant" and messages[-1].get("tool_calls"):
                 messages[-1]["tool_calls"].append(call)
             else:
                 messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
-        elif kind == "function_call_output":
-            output = item.get("output", "")
-            messages.append({"role": "tool", "tool_call_id": item.get("call_id"),
+        elif isinstance(item, FunctionCallOutputItem):
+            output = item.output
+            messages.append({"role": "tool", "tool_call_id": item.call_id,
                              "content": output if isinstance(output, str) else json.dumps(output)})
-        elif kind == "reasoning":
-            continue
-        else:
-            raise InvalidRequestError(f"Field '{where}.type': {kind!r} is not supported")
     return messages
 
 

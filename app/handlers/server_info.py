@@ -8,8 +8,7 @@ from typing import Any
 from app.api import ApiReply, ApiRequest
 from app.context import ServerContext
 from app.engine import GenerationRequest, SlotView
-from app.errors import NotSupportedError, UnavailableError
-from app.handlers.params import GenerationFields, sampling_params
+from app.errors import UnavailableError
 from app.handlers.shapes import generation_settings
 from app.metrics import CONTENT_TYPE
 
@@ -19,7 +18,8 @@ def get_health(ctx: ServerContext, request: ApiRequest) -> ApiReply:
 
 
 def _default_request(ctx: ServerContext) -> GenerationRequest:
-    return GenerationRequest(prompt=(0,), sampling=sampling_params(ctx, GenerationFields()))
+    """What a request that sets nothing runs with."""
+    return GenerationRequest(prompt=(), sampling=ctx.settings.sampling_defaults)
 
 
 def get_props(ctx: ServerContext, request: ApiRequest) -> ApiReply:
@@ -50,10 +50,6 @@ def get_props(ctx: ServerContext, request: ApiRequest) -> ApiReply:
 
 
 def post_props(ctx: ServerContext, request: ApiRequest) -> ApiReply:
-    if not ctx.settings.props:
-        raise NotSupportedError(
-            "This server does not support changing global properties. Start it with `--props`"
-        )
     request.json()  # the body must still be valid JSON
     return ApiReply(body={"success": True})
 
@@ -130,8 +126,6 @@ def _slot_body(view: SlotView) -> dict[str, Any]:
 
 
 def get_slots(ctx: ServerContext, request: ApiRequest) -> ApiReply:
-    if not ctx.settings.slots:
-        raise NotSupportedError("This server does not support slots endpoint. Start it with `--slots`")
     views = ctx.engine.slot_views()
     if "fail_on_no_slot" in request.params and all(view.is_processing for view in views):
         raise UnavailableError("no slot available")
@@ -139,8 +133,6 @@ def get_slots(ctx: ServerContext, request: ApiRequest) -> ApiReply:
 
 
 def get_metrics(ctx: ServerContext, request: ApiRequest) -> ApiReply:
-    if not ctx.settings.metrics:
-        raise NotSupportedError("This server does not support metrics endpoint. Start it with `--metrics`")
     return ApiReply(
         text=ctx.metrics.render(),
         content_type=CONTENT_TYPE,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import secrets
 import string
 import time
+from dataclasses import asdict
 from typing import Any
 
 from app.context import ServerContext
@@ -41,50 +42,21 @@ def timings_body(timings: Timings) -> dict[str, Any]:
 def generation_settings(request: GenerationRequest, stream: bool) -> dict[str, Any]:
     """The parameters a job ran with (the subset of llama-server's ``generation_settings`` that
     this server honours)."""
-    sampling = request.sampling
+    sampling: dict[str, Any] = {key: list(value) if isinstance(value, tuple) else value
+                                for key, value in asdict(request.sampling).items()}
+    sampling["logit_bias"] = [{"token": token, "bias": None if bias == float("-inf") else bias}
+                              for token, bias in request.sampling.logit_bias]
     return {
-        "seed": sampling.seed,
-        "temperature": sampling.temperature,
-        "top_k": sampling.top_k,
-        "top_p": sampling.top_p,
-        "min_p": sampling.min_p,
-        "typical_p": sampling.typical_p,
-        "repeat_last_n": sampling.repeat_last_n,
-        "repeat_penalty": sampling.repeat_penalty,
-        "presence_penalty": sampling.presence_penalty,
-        "frequency_penalty": sampling.frequency_penalty,
+        **sampling,
         "max_tokens": request.n_predict,
         "n_predict": request.n_predict,
-        "ignore_eos": sampling.ignore_eos,
         "stream": stream,
-        "min_keep": sampling.min_keep,
         "cache_prompt": request.cache_prompt,
         "id_slot": request.id_slot,
         "stop": list(request.stop),
-        "logit_bias": [
-            {"token": token, "bias": None if bias == float("-inf") else bias}
-            for token, bias in sampling.logit_bias
-        ],
-        "samplers": list(sampling.samplers),
-        "dynatemp_range": sampling.dynatemp_range,
-        "dynatemp_exponent": sampling.dynatemp_exponent,
-        "top_n_sigma": sampling.top_n_sigma,
-        "xtc_probability": sampling.xtc_probability,
-        "xtc_threshold": sampling.xtc_threshold,
-        "dry_multiplier": sampling.dry_multiplier,
-        "dry_base": sampling.dry_base,
-        "dry_allowed_length": sampling.dry_allowed_length,
-        "dry_penalty_last_n": sampling.dry_penalty_last_n,
-        "dry_sequence_breakers": list(sampling.dry_sequence_breakers),
-        "mirostat": sampling.mirostat,
-        "mirostat_tau": sampling.mirostat_tau,
-        "mirostat_eta": sampling.mirostat_eta,
         "n_keep": request.n_keep,
         "n_indent": request.n_indent,
         "t_max_predict_ms": request.t_max_predict_ms,
-        "n_probs": sampling.n_probs,
-        "post_sampling_probs": sampling.post_sampling_probs,
-        "grammar": sampling.grammar,
     }
 
 

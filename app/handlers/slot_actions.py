@@ -9,8 +9,7 @@ from pydantic import BaseModel, ConfigDict
 
 from app.api import ApiReply, ApiRequest
 from app.context import ServerContext
-from app.engine.slot_files import erase_slot, restore_slot, save_slot
-from app.errors import InvalidRequestError, NotSupportedError
+from app.errors import InvalidRequestError
 
 ACTIONS = ("save", "restore", "erase")
 
@@ -42,23 +41,23 @@ def _slot_id(ctx: ServerContext, raw: str) -> int:
 
 
 def post_slot_action(ctx: ServerContext, request: ApiRequest) -> ApiReply:
-    if not ctx.settings.slot_save_path:
-        raise NotSupportedError("This server does not support slots action. Start it with `--slot-save-path`")
     slot = _slot_id(ctx, request.path_params.get("id_slot", ""))
     action = request.params.get("action")
     if action not in ACTIONS:
         raise InvalidRequestError(f"Invalid action: {action!r} (use one of {', '.join(ACTIONS)})")
     if action == "erase":
-        erased = ctx.engine.control(lambda scheduler: erase_slot(scheduler, slot))
+        erased = ctx.engine.erase_slot(slot)
         return ApiReply(body={"id_slot": slot, "n_erased": erased.n_tokens})
     filename = request.json_object().get("filename")
     if not isinstance(filename, str) or not valid_filename(filename):
         raise InvalidRequestError("Invalid filename")
-    path = os.path.join(ctx.settings.slot_save_path, filename)
+    directory = ctx.settings.slot_save_path
+    assert directory is not None  # the route requires --slot-save-path (app/routes.py)
+    path = os.path.join(directory, filename)
     if action == "save":
-        saved = ctx.engine.control(lambda scheduler: save_slot(scheduler, slot, path))
+        saved = ctx.engine.save_slot(slot, path)
         return ApiReply(body={"id_slot": slot, "filename": filename, "n_saved": saved.n_tokens,
                               "n_written": saved.n_bytes, "timings": {"save_ms": saved.ms}})
-    restored = ctx.engine.control(lambda scheduler: restore_slot(scheduler, slot, path))
+    restored = ctx.engine.restore_slot(slot, path)
     return ApiReply(body={"id_slot": slot, "filename": filename, "n_restored": restored.n_tokens,
                           "n_read": restored.n_bytes, "timings": {"restore_ms": restored.ms}})

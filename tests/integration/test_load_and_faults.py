@@ -17,7 +17,7 @@ import requests
 from werkzeug.serving import make_server
 
 from app.engine import DecodeError
-from app.engine.llama_backend import LlamaBackend, LlamaConfig
+from app.engine.llama import LlamaBackend, LlamaConfig
 from app.model_files import embedded_model_path
 from app.settings import parse_settings
 from app.wiring import build_application

@@ -5,46 +5,17 @@ dropped, never sent as U+FFFD."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from dataclasses import fields
 from typing import Any
 
 import pytest
 from flask.testing import FlaskClient
 
-from app.engine.backend import Backend
-from app.settings import parse_settings
-from app.wiring import Application, build_application
-from tests.fakes import FakeBackend, FakeVocabulary, encode
-
-N_CTX_SEQ = 256
-JAPANESE = "日本語の文章です"  # 3 bytes a character; the fake vocabulary has a token a byte
-PROMPT = "Hi>"  # the fake model answers JAPANESE after the last ">"
-POISON = "~"  # a prompt holding it fails its first decode
-TEMPLATE = "{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}<assistant>"
-
-
-class FimVocabulary(FakeVocabulary):
-    def special_tokens(self) -> dict[str, int]:
-        return {"fim_pre": 3, "fim_suf": 4, "fim_mid": 5}
-
-
-@pytest.fixture(scope="module")
-def application() -> Iterator[Application]:
-    def make(config: Any) -> Backend:
-        return FakeBackend(reply_for=lambda prompt: JAPANESE, n_seq=config.n_seq,  # type: ignore[return-value]
-                           n_ctx_seq=N_CTX_SEQ, n_batch=512, vocab=FimVocabulary(), poison=encode(POISON)[0])
-
-    failures: list[BaseException] = []
-    settings = parse_settings(["-np", "2", "-b", "512", "--chat-template", TEMPLATE], {})
-    built = build_application(settings, "/models/fake.gguf", None, failures.append, make)
-    assert built.context.engine.wait_ready(30) and not failures
-    yield built
-    built.shutdown()
-
-
-@pytest.fixture
-def client(application: Application) -> FlaskClient:
-    return application.flask.test_client()
+from app.engine import SamplingParams
+from app.handlers.params import GenerationFields, sampling_params
+from app.handlers.sampling import DIRECT
+from app.wiring import Application
+from tests.inprocess import JAPANESE, N_CTX_SEQ, POISON, PROMPT
 
 
 def chat(content: str, **extra: Any) -> dict[str, Any]:
@@ -188,3 +159,37 @@ def test_the_other_dialects_name_their_stop_reasons(client: FlaskClient) -> None
     assert chat_body is not None and chat_body["choices"][0]["finish_reason"] == "length"
     chat_body = client.post("/v1/chat/completions", json=chat(PROMPT)).json
     assert chat_body is not None and chat_body["choices"][0]["finish_reason"] == "stop"
+
+
+def test_a_request_that_sets_nothing_samples_with_the_defaults_props_shows(application: Application) -> None:
+    """SamplingParams is the one declaration: an empty request translates to exactly the server's
+    defaults, which /props renders field for field."""
+    ctx = application.context
+    assert sampling_params(ctx, GenerationFields()) == ctx.settings.sampling_defaults
+    props = application.flask.test_client().get("/props").json
+    assert props is not None
+    shown = props["default_generation_settings"]["params"]
+    for item in fields(SamplingParams):
+        value = getattr(ctx.settings.sampling_defaults, item.name)
+        assert shown[item.name] == (list(value) if isinstance(value, tuple) else value), item.name
+
+
+def test_every_sampling_field_a_request_sets_reaches_the_job(client: FlaskClient) -> None:
+    """Each field SamplingParams declares is a request field that lands in the job (echoed back in
+    generation_settings), with llama-server's clamps."""
+    changed = {"temperature": 0.5, "top_k": 7, "top_p": 0.5, "min_p": 0.2, "typical_p": 0.9,
+               "repeat_penalty": 1.1, "presence_penalty": 0.3, "frequency_penalty": 0.4, "repeat_last_n": 32,
+               "ignore_eos": True, "min_keep": 2, "dynatemp_range": 0.2, "dynatemp_exponent": 1.5,
+               "top_n_sigma": 1.0, "xtc_probability": 0.3, "xtc_threshold": 0.2, "dry_multiplier": 0.5,
+               "dry_base": 2.0, "dry_allowed_length": 3, "dry_penalty_last_n": 16, "mirostat": 2,
+               "mirostat_tau": 4.0, "mirostat_eta": 0.2, "post_sampling_probs": True}
+    assert set(changed) == set(DIRECT)
+    body = client.post("/completion", json={"prompt": PROMPT, "n_predict": 2, **changed}).json
+    assert body is not None
+    settings = body["generation_settings"]
+    assert {name: settings[name] for name in changed} == changed
+    clamped = client.post("/completion", json={"prompt": PROMPT, "n_predict": 1, "temperature": -1, "top_p": 3,
+                                               "mirostat": 9, "dry_base": 0.5}).json
+    assert clamped is not None
+    assert [clamped["generation_settings"][k] for k in ("temperature", "top_p", "mirostat", "dry_base")] == [
+        0.0, 1.0, 2, SamplingParams().dry_base]

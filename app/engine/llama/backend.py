@@ -1,0 +1,218 @@
+"""The loaded model and its context (the Backend of app/engine/backend.py).
+
+One model, one context with ``n_seq`` sequences and per-sequence KV cells (``kv_unified`` off, so a
+sequence decoded beside others gives the same logits as alone), one reusable ``llama_batch`` of
+``n_batch`` tokens, and a sampler chain per sequence. Every batch is checked before it reaches
+``llama_decode``: a batch over ``n_batch`` tokens aborts the process inside llama.cpp.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import llama_cpp as lc
+
+from app.engine.backend import BatchToken, ModelInfo
+from app.engine.errors import DecodeError, ModelLoadError, UnsupportedError
+from app.engine.llama.embedder import POOLING_NAMES, LlamaEmbedder
+from app.engine.llama.ggml import install_log_callback, load_ggml_backends
+from app.engine.llama.sampler import LlamaSampler, new_sampler
+from app.engine.llama.vocab import LlamaVocabulary, model_meta
+from app.engine.types import SamplingParams
+
+_FLASH_ATTN = {"auto": -1, "off": 0, "on": 1}
+
+
+@dataclass(frozen=True)
+class LlamaConfig:
+    model_path: str
+    n_ctx: int = 0
+    n_seq: int = 4
+    n_batch: int = 2048
+    n_ubatch: int = 512
+    n_threads: int = 2
+    n_threads_batch: int = 2
+    n_gpu_layers: int = -1
+    flash_attn: str = "auto"
+    verbose: bool = False
+    loras: tuple[str, ...] = ()
+    embed_pooling: str = "unspecified"  # none, mean, cls, last, rank, or the model's own
+    embed_n_ctx: int = 512
+    embed_n_seq: int = 64
+
+
+class LlamaBackend:
+    """A loaded model and its context. Used by the engine thread only (the vocabulary aside)."""
+
+    def __init__(self, config: LlamaConfig) -> None:
+        install_log_callback(config.verbose)
+        load_ggml_backends()
+        lc.llama_backend_init()
+        model_params = lc.llama_model_default_params()
+        model_params.n_gpu_layers = config.n_gpu_layers
+        self._model = lc.llama_model_load_from_file(config.model_path.encode(), model_params)
+        if not self._model:
+            raise ModelLoadError(f"llama.cpp could not load the model: {config.model_path}")
+        vocab = lc.llama_model_get_vocab(self._model)
+        n_ctx_train = int(lc.llama_model_n_ctx_train(self._model))
+        per_seq = (config.n_ctx or n_ctx_train) // config.n_seq
+        per_seq = min(per_seq, n_ctx_train)
+        if per_seq < 8:
+            lc.llama_model_free(self._model)
+            raise ModelLoadError(f"--ctx-size gives {per_seq} tokens per slot; give each slot at least 8")
+        ctx_params = lc.llama_context_default_params()
+        ctx_params.n_ctx = per_seq * config.n_seq
+        ctx_params.n_batch = config.n_batch
+        ctx_params.n_ubatch = min(config.n_ubatch, config.n_batch)
+        ctx_params.n_seq_max = config.n_seq
+        ctx_params.n_threads = config.n_threads
+        ctx_params.n_threads_batch = config.n_threads_batch
+        ctx_params.kv_unified = False
+        ctx_params.flash_attn_type = _FLASH_ATTN[config.flash_attn]
+        ctx_params.no_perf = True
+        self._ctx = lc.llama_init_from_model(self._model, ctx_params)
+        if not self._ctx:
+            lc.llama_model_free(self._model)
+            raise ModelLoadError("llama.cpp could not create a context (out of memory?)")
+        self._memory = lc.llama_get_memory(self._ctx)
+        self.n_seq = int(lc.llama_n_seq_max(self._ctx))
+        self.n_ctx_seq = int(lc.llama_n_ctx_seq(self._ctx))
+        self.n_batch = int(lc.llama_n_batch(self._ctx))  # llama.cpp may lower it: read it back
+        self._batch = lc.llama_batch_init(self.n_batch, 0, 1)
+        self._config = config
+        self._adapters: list[Any] = []
+        for path in config.loras:
+            adapter = lc.llama_adapter_lora_init(self._model, path.encode())
+            if not adapter:
+                self.close()
+                raise ModelLoadError(f"llama.cpp could not load the LoRA adapter {path}")
+            self._adapters.append(adapter)
+        self._lora: tuple[float, ...] = ()
+        self._embedder: LlamaEmbedder | None = None
+        self.vocab = LlamaVocabulary(self._model, vocab)
+        self.info = self._read_info(config.model_path, vocab)
+        self._warm_up(vocab)
+
+    def _warm_up(self, vocab: Any) -> None:
+        """One throw-away decode, as llama-server does, so the first request does not pay for the
+        first graph build and weight paging."""
+        token = lc.llama_vocab_bos(vocab)
+        self.decode([BatchToken(token if token >= 0 else 0, 0, 0, True)])
+        lc.llama_memory_clear(self._memory, True)
+
+    def _declared_pooling(self) -> str:
+        """The pooling the model's metadata declares (rank for rerankers), or "unspecified"."""
+        arch = model_meta(self._model, "general.architecture") or ""
+        value = model_meta(self._model, f"{arch}.pooling_type")
+        try:
+            return POOLING_NAMES.get(int(value), "unspecified") if value is not None else "unspecified"
+        except ValueError:
+            return "unspecified"
+
+    def _read_info(self, path: str, vocab: Any) -> ModelInfo:
+        desc = ctypes.create_string_buffer(256)
+        lc.llama_model_desc(self._model, desc, len(desc))
+        bos = lc.llama_vocab_bos(vocab)
+        eos = lc.llama_vocab_eos(vocab)
+        template = lc.llama_model_chat_template(self._model, None)
+        return ModelInfo(
+            path=path,
+            name=model_meta(self._model, "general.name") or os.path.basename(path),
+            vocab_type=int(lc.llama_vocab_type(vocab)),
+            n_vocab=self.vocab.n_vocab,
+            n_ctx_train=int(lc.llama_model_n_ctx_train(self._model)),
+            n_embd=int(lc.llama_model_n_embd(self._model)),
+            n_params=int(lc.llama_model_n_params(self._model)),
+            size=int(lc.llama_model_size(self._model)),
+            bos_token=self.vocab.piece(bos, True).decode("utf-8", "replace") if bos >= 0 else "",
+            eos_token=self.vocab.piece(eos, True).decode("utf-8", "replace") if eos >= 0 else "",
+            add_bos=bool(lc.llama_vocab_get_add_bos(vocab)),
+            chat_template=template.decode("utf-8", "replace") if template else None,
+            description=desc.value.decode("utf-8", "replace"),
+            build_info=f"b{lc.__version__}-llama-cpp-python",
+            pooling=self._declared_pooling(),
+        )
+
+    def decode(self, batch: Sequence[BatchToken]) -> None:
+        if not 0 < len(batch) <= self.n_batch:
+            raise DecodeError(-1)
+        raw = self._batch
+        for index, entry in enumerate(batch):
+            raw.token[index] = entry.token
+            raw.pos[index] = entry.pos
+            raw.n_seq_id[index] = 1
+            raw.seq_id[index][0] = entry.seq
+            raw.logits[index] = entry.logits
+        raw.n_tokens = len(batch)
+        code = lc.llama_decode(self._ctx, raw)
+        if code != 0:
+            raise DecodeError(int(code))
+
+    def new_sampler(self, params: SamplingParams) -> LlamaSampler:
+        return new_sampler(params, self._ctx, self.vocab, self.n_ctx_seq)
+
+    def copy_sequence(self, source: int, target: int) -> None:
+        lc.llama_memory_seq_rm(self._memory, target, -1, -1)
+        lc.llama_memory_seq_cp(self._memory, source, target, -1, -1)
+
+    def forget(self, seq: int, from_pos: int) -> bool:
+        if lc.llama_memory_seq_rm(self._memory, seq, from_pos, -1):
+            return True
+        lc.llama_memory_seq_rm(self._memory, seq, -1, -1)
+        return False
+
+    def set_lora(self, scales: tuple[float, ...]) -> None:
+        """Scales for the loaded adapters, for the next decodes (a no-op when unchanged)."""
+        if scales == self._lora or not self._adapters:
+            return
+        pairs = [(adapter, scale) for adapter, scale in zip(self._adapters, scales, strict=False) if scale != 0.0]
+        adapters = (lc.llama_adapter_lora_p_ctypes * max(1, len(pairs)))(*[a for a, _ in pairs])
+        values = (ctypes.c_float * max(1, len(pairs)))(*[v for _, v in pairs])
+        if lc.llama_set_adapters_lora(self._ctx, adapters, len(pairs), values) != 0:
+            raise DecodeError(-2)
+        self._lora = scales
+
+    def save_sequence(self, seq: int, path: str, tokens: Sequence[int]) -> int:
+        array = (lc.llama_token * max(1, len(tokens)))(*tokens)
+        return int(lc.llama_state_seq_save_file(self._ctx, path.encode(), seq, array, len(tokens)))
+
+    def load_sequence(self, seq: int, path: str) -> tuple[list[int], int] | None:
+        """The tokens restored into ``seq`` and the bytes read, or None if the file is unusable."""
+        capacity = self.n_ctx_seq
+        array = (lc.llama_token * capacity)()
+        count = ctypes.c_size_t(0)
+        read = lc.llama_state_seq_load_file(self._ctx, path.encode(), seq, array, capacity, ctypes.byref(count))
+        if read == 0:
+            lc.llama_memory_seq_rm(self._memory, seq, -1, -1)
+            return None
+        return list(array[: count.value]), int(read)
+
+    def embedder(self) -> LlamaEmbedder:
+        """The embedding context on the same model, made on first use."""
+        if self._embedder is None:
+            config = self._config
+            if config.embed_pooling == "rank" and self.info.pooling != "rank":
+                raise UnsupportedError("this model has no classification head for reranking (its GGUF does not "
+                                       "declare rank pooling); serve a reranker model")
+            self._embedder = LlamaEmbedder(self._model, config.embed_pooling, config.embed_n_ctx,
+                                           config.embed_n_seq, config.n_threads_batch)
+        return self._embedder
+
+    def close(self) -> None:
+        if self._embedder is not None:
+            self._embedder.close()
+            self._embedder = None
+        for adapter in self._adapters:
+            lc.llama_adapter_lora_free(adapter)
+        self._adapters = []
+        if self._ctx:
+            lc.llama_batch_free(self._batch)
+            lc.llama_free(self._ctx)
+            self._ctx = None
+        if self._model:
+            lc.llama_model_free(self._model)
+            self._model = None

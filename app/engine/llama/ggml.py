@@ -1,0 +1,103 @@
+"""llama.cpp's logs into Python logging, and ggml's loadable backends (the CPU variants of a
+runtime-dispatch build, a GPU backend) registered from the wheel's own directory."""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import re
+from pathlib import Path
+from typing import Any
+
+import llama_cpp as lc
+
+from app.engine.errors import ModelLoadError
+
+log = logging.getLogger("app.engine.llama")
+llama_log = logging.getLogger("llama.cpp")
+
+
+_log_callback_ref: Any = None
+
+
+def install_log_callback(verbose: bool) -> None:
+    """Route llama.cpp's log lines to Python logging (debug level unless ``verbose``)."""
+    global _log_callback_ref
+    if _log_callback_ref is not None:
+        return
+
+    @lc.llama_log_callback  # type: ignore[untyped-decorator]
+    def callback(level: int, text: bytes, _user: Any) -> None:
+        message = text.decode("utf-8", errors="replace").rstrip()
+        if not message:
+            return
+        if level == 4:  # GGML_LOG_LEVEL_ERROR
+            llama_log.error(message)
+        elif level == 3:  # GGML_LOG_LEVEL_WARN
+            llama_log.warning(message) if verbose else llama_log.debug(message)
+        elif verbose and level != 5:  # 5 = continuation of the previous line (progress dots)
+            llama_log.info(message)
+        else:
+            llama_log.debug(message)
+
+    _log_callback_ref = callback
+    lc.llama_log_set(callback, ctypes.c_void_p(0))
+
+
+GGML_DEVICE_CPU = 0  # GGML_BACKEND_DEVICE_TYPE_CPU
+
+
+def _lib_dir() -> Path:
+    return Path(lc.__file__).resolve().parent / "lib"
+
+
+def _mapped_files() -> list[str]:
+    """The files mapped into this process (Linux); empty where that cannot be read."""
+    try:
+        maps = Path("/proc/self/maps").read_text()
+    except OSError:
+        return []
+    return [line.split(maxsplit=5)[5] for line in maps.splitlines() if len(line.split(maxsplit=5)) == 6]
+
+
+def _open_ggml(lib_dir: Path) -> ctypes.CDLL | None:
+    """The libggml that libllama was linked against. The wheel holds libggml.so and libggml.so.0
+    as two copies, and opening the other one would load a second ggml with a registry of its own,
+    so the file already mapped is the one opened (the same path gives the same handle)."""
+    mapped = [path for path in _mapped_files() if re.fullmatch(r"libggml\.so(\.\d+)*", Path(path).name)]
+    candidates = [Path(path) for path in mapped] + [lib_dir / "libggml.dylib"]
+    for path in candidates:
+        if path.exists():
+            ggml = ctypes.CDLL(str(path))
+            ggml.ggml_backend_reg_count.restype = ctypes.c_size_t
+            ggml.ggml_backend_load_all_from_path.argtypes = [ctypes.c_char_p]
+            ggml.ggml_backend_dev_by_type.argtypes = [ctypes.c_int]
+            ggml.ggml_backend_dev_by_type.restype = ctypes.c_void_p
+            return ggml
+    return None
+
+
+def load_ggml_backends() -> None:
+    """Register ggml's backends before llama.cpp starts.
+
+    A build with runtime CPU dispatch (app/llama_build.py) ships each CPU variant, and any GPU
+    backend, as a loadable library beside libggml; ggml itself looks for them only beside the
+    Python executable and in the working directory, so they are loaded from the wheel's own
+    directory here: ggml scores every CPU variant against this CPU and keeps the best. A build
+    with a built-in backend has its backends registered already, and nothing happens."""
+    lib_dir = _lib_dir()
+    ggml = _open_ggml(lib_dir)
+    if ggml is not None and ggml.ggml_backend_reg_count() == 0:
+        ggml.ggml_backend_load_all_from_path(str(lib_dir).encode())
+        if not ggml.ggml_backend_dev_by_type(GGML_DEVICE_CPU):
+            raise ModelLoadError(f"none of the CPU backends in {lib_dir} runs on this CPU; rebuild "
+                                 "llama-cpp-python (bash scripts/dev.sh install)")
+    log.info("llama.cpp CPU backend %s: %s", loaded_cpu_variant() or "built-in",
+             lc.llama_print_system_info().decode(errors="replace").strip())
+
+
+def loaded_cpu_variant() -> str | None:
+    """The CPU variant library ggml kept (``libggml-cpu-zen4.so``, say), read from the process's
+    mappings; None where that cannot be read or the backend is built in."""
+    names = [Path(path).name for path in _mapped_files()]
+    return next((name for name in names if name.startswith("libggml-cpu")), None)

@@ -1,0 +1,165 @@
+"""Sampler chains: one per sequence, in llama-server's order, with the log-probabilities a request
+asks for (before or after the chain)."""
+
+from __future__ import annotations
+
+import ctypes
+from typing import Any
+
+import llama_cpp as lc
+import numpy as np
+
+from app.engine.errors import InvalidJobError
+from app.engine.llama.vocab import LlamaVocabulary
+from app.engine.types import Sampled, SamplingParams, TokenProbs
+
+
+class LlamaSampler:
+    """A llama.cpp sampler chain bound to one context (one per sequence: chains keep state)."""
+
+    def __init__(self, chain: Any, ctx: Any, n_vocab: int, n_probs: int, post_sampling: bool) -> None:
+        self._chain = chain
+        self._ctx = ctx
+        self._n_vocab = n_vocab
+        self._n_probs = n_probs
+        self._post_sampling = post_sampling
+
+    def _logits(self, batch_index: int) -> np.ndarray[Any, np.dtype[np.float32]]:
+        pointer = lc.llama_get_logits_ith(self._ctx, batch_index)
+        return np.ctypeslib.as_array(pointer, shape=(self._n_vocab,)).copy()
+
+    def sample(self, batch_index: int) -> Sampled:
+        if self._n_probs <= 0:
+            return Sampled(int(lc.llama_sampler_sample(self._chain, self._ctx, batch_index)))
+        logits = self._logits(batch_index)
+        if not self._post_sampling:
+            token = int(lc.llama_sampler_sample(self._chain, self._ctx, batch_index))
+            return Sampled(token, _top_logprobs(logits, token, self._n_probs))
+        return self._sample_post(logits)
+
+    def _sample_post(self, logits: np.ndarray[Any, np.dtype[np.float32]]) -> Sampled:
+        """Apply the chain by hand to see the candidates it leaves, then pick and accept."""
+        data = np.zeros(self._n_vocab, dtype=_TOKEN_DATA)
+        data["id"] = np.arange(self._n_vocab, dtype=np.int32)
+        data["logit"] = logits
+        candidates = lc.llama_token_data_array(
+            data=data.ctypes.data_as(lc.llama_token_data_p), size=self._n_vocab, selected=-1, sorted=False
+        )
+        lc.llama_sampler_apply(self._chain, ctypes.byref(candidates))
+        raw = ctypes.cast(candidates.data, ctypes.POINTER(ctypes.c_byte))
+        kept = np.ctypeslib.as_array(raw, shape=(candidates.size * _TOKEN_DATA.itemsize,)).view(_TOKEN_DATA).copy()
+        token = int(kept[candidates.selected]["id"])
+        lc.llama_sampler_accept(self._chain, token)
+        finite = kept[np.isfinite(kept["logit"])]
+        shifted = finite["logit"] - finite["logit"].max()
+        probs = np.exp(shifted) / np.exp(shifted).sum()
+        order = np.argsort(-probs, kind="stable")[: self._n_probs]
+        top = tuple((int(finite[i]["id"]), float(probs[i])) for i in order)
+        chosen = probs[finite["id"] == token]
+        return Sampled(token, TokenProbs(token, float(chosen[0]) if chosen.size else 0.0, top))
+
+    def free(self) -> None:
+        if self._chain is not None:
+            lc.llama_sampler_free(self._chain)
+            self._chain = None
+
+
+_TOKEN_DATA = np.dtype([("id", np.int32), ("logit", np.float32), ("p", np.float32)])
+_LOWEST = float(np.finfo(np.float32).min)
+
+
+def _top_logprobs(logits: np.ndarray[Any, np.dtype[np.float32]], token: int, n: int) -> TokenProbs:
+    """Log-softmax of the raw logits: the sampled token's log-probability and the top ``n``."""
+    shifted = logits.astype(np.float64) - float(logits.max())
+    logprobs = shifted - np.log(np.exp(shifted).sum())
+    top = np.argpartition(-logprobs, min(n, len(logprobs) - 1))[:n]
+    top = top[np.argsort(-logprobs[top], kind="stable")]
+
+    def value(index: int) -> float:
+        v = float(logprobs[index])
+        return v if np.isfinite(v) else _LOWEST
+
+    return TokenProbs(token, value(token), tuple((int(i), value(int(i))) for i in top))
+
+
+def _add(chain: Any, sampler: Any) -> None:
+    lc.llama_sampler_chain_add(chain, sampler)
+
+
+def new_sampler(params: SamplingParams, ctx: Any, vocab: LlamaVocabulary, n_ctx_seq: int) -> LlamaSampler:
+    """A sampler chain in llama-server's order for one sequence of ``ctx``."""
+    chain_params = lc.llama_sampler_chain_default_params()
+    chain_params.no_perf = True
+    chain = lc.llama_sampler_chain_init(chain_params)
+    n_vocab = vocab.n_vocab
+    if params.logit_bias:
+        entries = [(tok, bias) for tok, bias in params.logit_bias if 0 <= tok < n_vocab]
+        array = (lc.llama_logit_bias * max(1, len(entries)))()
+        for index, (token, bias) in enumerate(entries):
+            array[index].token = token  # type: ignore[assignment]
+            array[index].bias = bias
+        _add(chain, lc.llama_sampler_init_logit_bias(n_vocab, len(entries), array))
+    if params.grammar:
+        grammar = lc.llama_sampler_init_grammar(vocab.handle, params.grammar.encode(), b"root")
+        if not grammar:
+            lc.llama_sampler_free(chain)
+            raise InvalidJobError("Failed to initialize samplers: the grammar does not parse")
+        _add(chain, grammar)
+    min_keep = max(1, params.min_keep)
+    greedy = params.temperature <= 0.0
+    if params.mirostat and not greedy:
+        _add(chain, lc.llama_sampler_init_temp(params.temperature))
+        if params.mirostat == 1:
+            _add(chain, lc.llama_sampler_init_mirostat(n_vocab, params.seed, params.mirostat_tau,
+                                                       params.mirostat_eta, 100))
+        else:
+            _add(chain, lc.llama_sampler_init_mirostat_v2(params.seed, params.mirostat_tau, params.mirostat_eta))
+        return LlamaSampler(chain, ctx, n_vocab, params.n_probs, params.post_sampling_probs)
+    for name in params.samplers:
+        sampler = _stage(name, params, vocab, n_ctx_seq, min_keep, greedy)
+        if sampler is not None:
+            _add(chain, sampler)
+    _add(chain, lc.llama_sampler_init_greedy() if greedy else lc.llama_sampler_init_dist(params.seed))
+    return LlamaSampler(chain, ctx, n_vocab, params.n_probs, params.post_sampling_probs)
+
+def _stage(name: str, params: SamplingParams, vocab: LlamaVocabulary, n_ctx_seq: int, min_keep: int,
+           greedy: bool) -> Any:
+    """One stage of the chain by llama-server's name; None where it would do nothing. Greedy
+    picking keeps only the stages that change which token is best (penalties, DRY)."""
+    if name == "penalties":
+        last_n = n_ctx_seq if params.repeat_last_n == -1 else min(params.repeat_last_n, n_ctx_seq)
+        if last_n == 0 or (params.repeat_penalty == 1.0 and params.frequency_penalty == 0.0
+                           and params.presence_penalty == 0.0):
+            return None
+        return lc.llama_sampler_init_penalties(vocab.n_vocab, last_n, params.repeat_penalty,
+                                               params.frequency_penalty, params.presence_penalty)
+    if name == "dry":
+        if params.dry_multiplier <= 0.0:
+            return None
+        last_n = n_ctx_seq if params.dry_penalty_last_n == -1 else min(params.dry_penalty_last_n,
+                                                                             n_ctx_seq)
+        breakers = [b.encode() for b in params.dry_sequence_breakers]
+        array = (ctypes.c_char_p * max(1, len(breakers)))(*breakers)
+        return lc.llama_sampler_init_dry(vocab.handle, params.dry_multiplier, params.dry_base,
+                                         params.dry_allowed_length, last_n, array, len(breakers))
+    if greedy:
+        return None
+    if name == "top_n_sigma":
+        return lc.llama_sampler_init_top_n_sigma(params.top_n_sigma) if params.top_n_sigma > 0 else None
+    if name == "top_k":
+        return lc.llama_sampler_init_top_k(params.top_k) if params.top_k > 0 else None
+    if name == "typ_p":
+        return lc.llama_sampler_init_typical(params.typical_p, min_keep) if params.typical_p < 1.0 else None
+    if name == "top_p":
+        return lc.llama_sampler_init_top_p(params.top_p, min_keep) if params.top_p < 1.0 else None
+    if name == "min_p":
+        return lc.llama_sampler_init_min_p(params.min_p, min_keep) if params.min_p > 0.0 else None
+    if name == "xtc":
+        if params.xtc_probability <= 0.0:
+            return None
+        return lc.llama_sampler_init_xtc(params.xtc_probability, params.xtc_threshold, min_keep, params.seed)
+    if name == "temperature":
+        return lc.llama_sampler_init_temp_ext(params.temperature, params.dynatemp_range,
+                                              params.dynatemp_exponent)
+    raise InvalidJobError(f"unknown sampler {name!r}")
+
