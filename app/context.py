@@ -17,7 +17,6 @@ from app.settings import Settings
 class ServerContext:
     settings: Settings
     engine: Engine
-    model_path: str
     api_keys: tuple[str, ...] = ()
     started_at: float = field(default_factory=time.time)
     _template: ChatTemplate | None = None
@@ -27,6 +26,11 @@ class ServerContext:
 
     def __post_init__(self) -> None:
         self.metrics = MetricsExporter(self.engine.stats)
+
+    @property
+    def model_path(self) -> str:
+        """The file the engine loaded (a gs:// model's local copy), once it is loaded."""
+        return self.engine.info.path
 
     @property
     def model_aliases(self) -> list[str]:

@@ -27,6 +27,13 @@ ERROR_SCHEMA: dict[str, Any] = {
     },
     "required": ["error"],
 }
+# One server-sent event, as OpenAPI before 3.2 reads a text/event-stream schema: a schema per event.
+SSE_EVENT: dict[str, Any] = {
+    "type": "object",
+    "properties": {"data": {"type": "string"}, "event": {"type": "string"}, "id": {"type": "string"},
+                   "retry": {"type": "integer"}},
+    "required": ["data"],
+}
 TEXT_ROUTES = {"/metrics"}
 
 
@@ -55,7 +62,7 @@ def _success(route: Route) -> dict[str, Any]:
     else:
         content = {"application/json": {"schema": {}}}
     if route.streams:
-        content["text/event-stream"] = {"schema": {"type": "string"}}
+        content["text/event-stream"] = {"schema": SSE_EVENT}
     return {"description": "OK", "content": content}
 
 

@@ -82,8 +82,12 @@ def build_application(
         if is_gcs_uri(model_path):
             cache = Path(settings.model_cache_dir) if settings.model_cache_dir else None
             local = str(fetch_model(model_path, cache))
-            context.model_path = local
         return make_backend(backend_config(settings, local))
+
+    def ready() -> None:
+        context.chat_template.check()
+        if on_ready is not None:
+            on_ready()
 
     engine = Engine(
         load_backend,
@@ -95,24 +99,18 @@ def build_application(
             lora_scales=tuple(scale for _, scale in settings.lora_adapters),
             max_queue=settings.max_queue,
         ),
+        on_ready=ready,
+        on_load_failure=on_load_failure,
     )
-    context = ServerContext(settings, engine, model_path, api_keys=settings.all_api_keys())
+    context = ServerContext(settings, engine, api_keys=settings.all_api_keys())
     routes = bind_routes(context)
     if vertex is not None:
         pool = ThreadPoolExecutor(max_workers=PREDICT_WORKERS, thread_name_prefix="predict")
         routes = vertex_routes(routes, vertex, pool, settings.predict_default_route)
     context.routes = routes
     draining = threading.Event()
-    flask = create_app(routes, lambda: engine.is_ready, context.api_keys, settings.route_prefix, context,
+    flask = create_app(routes, lambda: engine.is_ready, context.api_keys, settings.route_prefix,
                        max_body_bytes=settings.max_body_bytes, is_draining=draining.is_set,
                        cors_origins=settings.cors_origins)
-    engine.on_load_failure = on_load_failure
-
-    def ready() -> None:
-        context.chat_template.check()
-        if on_ready is not None:
-            on_ready()
-
-    engine.on_ready = ready
     engine.start()
     return Application(flask, context, draining)

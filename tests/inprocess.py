@@ -30,7 +30,7 @@ class FimVocabulary(FakeVocabulary):
 def make_application(*args: str) -> Application:
     """The app on the fake backend (answering JAPANESE), loaded; ``args`` are extra flags."""
     def make(config: Any) -> Backend:
-        return FakeBackend(reply_for=lambda prompt: JAPANESE, n_seq=config.n_seq,  # type: ignore[return-value]
+        return FakeBackend(reply_for=lambda prompt: JAPANESE, n_seq=config.n_seq,
                            n_ctx_seq=N_CTX_SEQ, n_batch=512, vocab=FimVocabulary(), poison=encode(POISON)[0])
 
     failures: list[BaseException] = []

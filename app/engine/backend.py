@@ -33,6 +33,11 @@ class ModelInfo:
     build_info: str
     pooling: str = "unspecified"  # what the model declares; "rank" for a reranker
 
+    def outside_vocabulary(self, tokens: Sequence[int]) -> list[int]:
+        """The token ids of ``tokens`` that this model's vocabulary does not have (the one owner
+        of the token range: prompts and detokenize are checked by it)."""
+        return [token for token in tokens if not 0 <= token < self.n_vocab]
+
 
 @dataclass(frozen=True)
 class BatchToken:

@@ -1,7 +1,10 @@
 """The engine thread: owns the backend and runs the scheduler (``scheduler.py``) step by step.
 
-HTTP threads only call ``submit``, ``submit_embeddings`` and ``control`` (thread-safe) and read the
-job's event queue; everything that touches llama.cpp state happens on this one thread. With
+HTTP threads only call ``submit``, ``submit_embeddings``, ``control`` and the slot-file methods
+(thread-safe) and read the job's event queue; everything that touches llama.cpp state happens on
+this one thread. The one exception is ``vocab``: the vocabulary's functions (tokenize, pieces,
+built-in templates, grammar checks) only read the loaded model, which llama.cpp allows from any
+thread (tests/unit/test_structure.py checks that handlers reach llama.cpp through nothing else). With
 ``sleep_idle_seconds`` the model is freed after that long without work and loaded again by the next
 job; facts about the model (``info``, slot counts) stay answerable while it sleeps.
 """
@@ -63,7 +66,15 @@ class ModelFacts:
 
 
 class Engine:
-    def __init__(self, backend_factory: BackendFactory, options: EngineOptions | None = None) -> None:
+    def __init__(
+        self,
+        backend_factory: BackendFactory,
+        options: EngineOptions | None = None,
+        on_ready: Callable[[], None] | None = None,
+        on_load_failure: Callable[[BaseException], None] | None = None,
+    ) -> None:
+        """``on_ready`` runs on the engine thread once the model is loaded (an exception there is a
+        load failure); ``on_load_failure`` is told why a load failed."""
         self._factory = backend_factory
         self._options = options or EngineOptions()
         self._inbox: queue.SimpleQueue[InboxItem] = queue.SimpleQueue()
@@ -80,8 +91,8 @@ class Engine:
         self._current: Scheduler | None = None
         self._outstanding = 0  # submitted generation jobs (followers included) not finished yet
         self._outstanding_lock = threading.Lock()
-        self.on_load_failure: Callable[[BaseException], None] | None = None
-        self.on_ready: Callable[[], None] | None = None
+        self.on_load_failure = on_load_failure
+        self.on_ready = on_ready
 
     # ---- lifecycle -------------------------------------------------------------------------
 
@@ -133,6 +144,8 @@ class Engine:
 
     @property
     def vocab(self) -> Vocabulary:
+        """The model's vocabulary, safe from any thread; it needs the model in memory, so it wakes a
+        sleeping one (as llama-server's tokenize does)."""
         return self._loaded().vocab
 
     @property
@@ -175,7 +188,7 @@ class Engine:
             raise InvalidJobError("the prompt is empty: it must hold at least one token")
         if n_prompt >= backend.n_ctx_seq:
             raise ContextExceededError(n_prompt, backend.n_ctx_seq)
-        if any(token < 0 or token >= backend.info.n_vocab for token in request.prompt):
+        if backend.info.outside_vocabulary(request.prompt):
             raise InvalidJobError("Prompt contains invalid tokens")
         if request.id_slot >= backend.n_seq:
             raise InvalidJobError(f"Invalid slot ID: id_slot must be below {backend.n_seq}")
@@ -228,7 +241,7 @@ class Engine:
                 raise InvalidJobError("Input content cannot be empty")
             if len(tokens) > self._options.embed_n_ctx:
                 raise ContextExceededError(len(tokens), self._options.embed_n_ctx)
-            if any(token < 0 or token >= backend.info.n_vocab for token in tokens):
+            if backend.info.outside_vocabulary(tokens):
                 raise InvalidJobError("Prompt contains invalid tokens")
         job = EmbedJob(tuple(tuple(tokens) for tokens in inputs), sink)
         self._inbox.put(job)

@@ -188,7 +188,7 @@ def prepare_chat(ctx: ServerContext, body: ChatBody) -> PreparedChat:
     return PreparedChat(
         prompt_text=text,
         request=request,
-        copies=completions_count(ctx, body),
+        copies=completions_count(body),
         plan=plan,
         reasoning_format=reasoning_format,
         opened_thinking=text.rstrip().endswith(OPEN),

@@ -81,7 +81,7 @@ def native_body(ctx: ServerContext, request: GenerationRequest, result: Completi
 def post_completion(ctx: ServerContext, request: ApiRequest) -> ApiReply:
     body = validate_body(CompletionBody, request.json_object())
     requests = _requests(ctx, body)
-    copies = completions_count(ctx, body)
+    copies = completions_count(body)
     group = JobGroup(ctx.engine, requests, copies)
     if body.stream:
         return stream_reply(group, request.should_stop,
@@ -129,7 +129,7 @@ def _choice_logprobs(ctx: ServerContext, request: GenerationRequest, probs: Any)
 def post_openai_completions(ctx: ServerContext, request: ApiRequest) -> ApiReply:
     body = validate_body(CompletionBody, request.json_object())
     requests = _requests(ctx, body)
-    copies = completions_count(ctx, body)
+    copies = completions_count(body)
     group = JobGroup(ctx.engine, requests, copies)
     response_id = random_id("chatcmpl-")
     if body.stream:

@@ -85,7 +85,7 @@ def post_infill(ctx: ServerContext, request: ApiRequest) -> ApiReply:
     prompt = infill_prompt(ctx.engine.vocab, special, body, extra,
                            min(ctx.settings.batch_size, ctx.engine.n_ctx_slot))
     job = generation_request(ctx, body, prompt)
-    copies = completions_count(ctx, body)
+    copies = completions_count(body)
     group = JobGroup(ctx.engine, [job], copies)
     if body.stream:
         return stream_reply(group, request.should_stop, lambda stream: native_stream(ctx, stream, [job], copies))

@@ -192,13 +192,10 @@ def sampling_params(
     )
 
 
-def completions_count(ctx: ServerContext, fields: GenerationFields) -> int:
-    """``n`` (or llama-server's ``n_cmpl``): 1 up to the number of slots."""
-    count = fields.n_cmpl if fields.n_cmpl is not None else fields.n
-    slots = ctx.engine.n_slots
-    if not 1 <= count <= slots:
-        raise InvalidRequestError(f"Field 'n': must be between 1 and the number of slots ({slots}), got {count}")
-    return count
+def completions_count(fields: GenerationFields) -> int:
+    """``n`` (or llama-server's ``n_cmpl``); at least 1 by the schema, at most the number of slots
+    by the engine (a capacity rule, ``Engine.submit``)."""
+    return fields.n_cmpl if fields.n_cmpl is not None else fields.n
 
 
 def generation_request(

@@ -50,10 +50,10 @@ def post_tokenize(ctx: ServerContext, request: ApiRequest) -> ApiReply:
 
 def post_detokenize(ctx: ServerContext, request: ApiRequest) -> ApiReply:
     body = validate_body(DetokenizeBody, request.json_object())
-    n_vocab = ctx.engine.info.n_vocab
-    bad = [token for token in body.tokens if not 0 <= token < n_vocab]
+    bad = ctx.engine.info.outside_vocabulary(body.tokens)
     if bad:
-        raise InvalidRequestError(f"Field 'tokens': ids outside the vocabulary (0..{n_vocab - 1}): {bad[:8]}")
+        last = ctx.engine.info.n_vocab - 1
+        raise InvalidRequestError(f"Field 'tokens': ids outside the vocabulary (0..{last}): {bad[:8]}")
     vocab = ctx.engine.vocab
     data = b"".join(vocab.piece(token, True) for token in body.tokens)
     return ApiReply(body={"content": data.decode("utf-8", errors="replace")})

@@ -24,7 +24,6 @@ from app.http.render import to_response
 
 log = logging.getLogger(__name__)
 
-EXTENSION = "vertex_llama"
 
 
 def flask_rule(path: str) -> str:
@@ -67,14 +66,12 @@ def create_app(
     is_ready: Callable[[], bool],
     api_keys: Sequence[str] = (),
     prefix: str = "",
-    state: Any = None,
     max_body_bytes: int | None = None,
     is_draining: Callable[[], bool] = lambda: False,
     cors_origins: str = "*",
 ) -> Flask:
     app = Flask("vertex_llama")
     app.config["MAX_CONTENT_LENGTH"] = max_body_bytes
-    app.extensions[EXTENSION] = state
     public = {prefix + route.path for route in routes if route.public}
     install_access_log(app)
     install_middleware(app, is_ready, api_keys, public, is_draining, cors_origins)

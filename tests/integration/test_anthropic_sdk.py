@@ -7,10 +7,11 @@ import json
 import anthropic
 import pytest
 import requests
+from anthropic.types import MessageParam, TextBlock, ToolParam
 
 from tests.integration.conftest import Server
 
-WEATHER = {
+WEATHER: ToolParam = {
     "name": "get_weather",
     "description": "Get the weather for a city",
     "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
@@ -29,7 +30,7 @@ def test_messages_create(client: anthropic.Anthropic) -> None:
                   {"role": "user", "content": "How are you?"}],
     )
     assert message.type == "message" and message.role == "assistant"
-    assert message.content[0].type == "text" and message.content[0].text  # type: ignore[union-attr]
+    assert message.content[0].type == "text" and message.content[0].text
     assert message.stop_reason in ("end_turn", "max_tokens")
     assert message.usage.input_tokens > 0 and message.usage.output_tokens > 0
 
@@ -47,14 +48,14 @@ def test_stop_sequences(client: anthropic.Anthropic) -> None:
 
 
 def test_messages_stream(client: anthropic.Anthropic) -> None:
-    request = {"model": "m", "max_tokens": 16, "extra_body": {"temperature": 0},
-               "messages": [{"role": "user", "content": "Tell me a joke."}]}
-    whole = client.messages.create(**request)  # type: ignore[arg-type]
-    with client.messages.stream(**request) as stream:  # type: ignore[arg-type]
+    messages: list[MessageParam] = [{"role": "user", "content": "Tell me a joke."}]
+    whole = client.messages.create(model="m", max_tokens=16, extra_body={"temperature": 0}, messages=messages)
+    with client.messages.stream(model="m", max_tokens=16, extra_body={"temperature": 0}, messages=messages) as stream:
         text = "".join(stream.text_stream)
         final = stream.get_final_message()
-    assert text == whole.content[0].text  # type: ignore[union-attr]
-    assert final.content[0].text == text  # type: ignore[union-attr]
+    assert isinstance(whole.content[0], TextBlock) and isinstance(final.content[0], TextBlock)
+    assert text == whole.content[0].text
+    assert final.content[0].text == text
     assert final.stop_reason == whole.stop_reason
 
 
@@ -79,20 +80,20 @@ def test_count_tokens(client: anthropic.Anthropic, vertex_server: Server) -> Non
 
 def test_tool_use(client: anthropic.Anthropic) -> None:
     message = client.messages.create(
-        model="m", max_tokens=100, tools=[WEATHER],  # type: ignore[list-item]
+        model="m", max_tokens=100, tools=[WEATHER],
         tool_choice={"type": "tool", "name": "get_weather"},
         messages=[{"role": "user", "content": "What's the weather in Lisbon?"}],
     )
     assert message.stop_reason == "tool_use"
     uses = [block for block in message.content if block.type == "tool_use"]
-    assert len(uses) == 1 and uses[0].name == "get_weather"  # type: ignore[union-attr]
-    assert isinstance(uses[0].input, dict) and isinstance(uses[0].input["city"], str)  # type: ignore[union-attr]
+    assert len(uses) == 1 and uses[0].name == "get_weather"
+    assert isinstance(uses[0].input, dict) and isinstance(uses[0].input["city"], str)
     follow_up = client.messages.create(
-        model="m", max_tokens=20, tools=[WEATHER],  # type: ignore[list-item]
+        model="m", max_tokens=20, tools=[WEATHER],
         messages=[
             {"role": "user", "content": "What's the weather in Lisbon?"},
-            {"role": "assistant", "content": [block.model_dump() for block in message.content]},  # type: ignore[misc]
-            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": uses[0].id,  # type: ignore[union-attr]
+            {"role": "assistant", "content": message.content},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": uses[0].id,
                                           "content": json.dumps({"sky": "sunny"})}]},
         ],
     )

@@ -274,6 +274,7 @@ def test_every_sampler_stage_runs_on_the_real_backend(vertex_server: Server) -> 
         {"presence_penalty": 3.5e197, "min_p": 2e195},
     ]
     for variant in variants:
+        assert isinstance(variant, dict)
         reply = post(vertex_server, "/completion", {**base, **variant})
         assert reply.status_code == 200, (variant, reply.text)
         assert reply.json()["tokens_predicted"] >= 1

@@ -24,6 +24,7 @@ def assert_error(response: requests.Response, status: int, kind: str, *words: st
     assert error["code"] == status and error["type"] == kind
     for word in words:
         assert word in error["message"], error["message"]
+    assert isinstance(error, dict)
     return error
 
 

@@ -10,23 +10,23 @@ import jsonschema
 import openai
 import pytest
 import requests
+from openai.types.chat import ChatCompletionFunctionToolParam
+from openai.types.responses import ResponseFormatTextJSONSchemaConfigParam
 from pydantic import BaseModel
 
 from tests.integration.conftest import Server
 
-WEATHER_TOOL = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "description": "Get the current weather in a city",
-        "parameters": {
-            "type": "object",
-            "properties": {"city": {"type": "string"}, "unit": {"type": "string", "enum": ["C", "F"]}},
-            "required": ["city", "unit"],
-        },
-    },
+WEATHER_PARAMETERS: dict[str, object] = {
+    "type": "object",
+    "properties": {"city": {"type": "string"}, "unit": {"type": "string", "enum": ["C", "F"]}},
+    "required": ["city", "unit"],
 }
-TIME_TOOL = {
+WEATHER_TOOL: ChatCompletionFunctionToolParam = {
+    "type": "function",
+    "function": {"name": "get_weather", "description": "Get the current weather in a city",
+                 "parameters": WEATHER_PARAMETERS},
+}
+TIME_TOOL: ChatCompletionFunctionToolParam = {
     "type": "function",
     "function": {"name": "get_time", "description": "Get the time in a timezone",
                  "parameters": {"type": "object", "properties": {"zone": {"type": "string"}}, "required": ["zone"]}},
@@ -179,6 +179,17 @@ def test_json_object_without_a_schema(vertex_server: Server) -> None:
         assert choice["finish_reason"] == "length" and reply["usage"]["completion_tokens"] == 200
 
 
+def test_a_json_schema_answer_has_no_raw_control_characters(vertex_server: Server) -> None:
+    """Pushed hard toward newlines, the model still writes a JSON string without a raw one."""
+    schema = {"type": "object", "properties": {"note": {"type": "string"}}, "required": ["note"]}
+    body = post(vertex_server, "/completion", {"prompt": "Write a JSON note:", "json_schema": schema,
+                                               "logit_bias": [["\n", 15]], "temperature": 0,
+                                               "n_predict": 24}).json()
+    assert not any(ord(char) < 0x20 for char in body["content"].strip()), body["content"]
+    if body["stop_type"] == "eos":
+        assert isinstance(json.loads(body["content"])["note"], str)
+
+
 @pytest.mark.parametrize("seed", [1, 2, 3, 4])
 def test_gbnf_grammar(vertex_server: Server, seed: int) -> None:
     body = post(vertex_server, "/completion", {"prompt": "Is the sky blue? Answer:", "grammar":
@@ -213,7 +224,7 @@ def check_call(call: Any, names: set[str]) -> dict[str, Any]:
     assert call.function.name in names
     arguments = json.loads(call.function.arguments)
     tool = {"get_weather": WEATHER_TOOL, "get_time": TIME_TOOL}[call.function.name]
-    jsonschema.validate(arguments, tool["function"]["parameters"])  # type: ignore[index]
+    jsonschema.validate(arguments, tool["function"]["parameters"])
     return arguments  # type: ignore[no-any-return]
 
 
@@ -221,7 +232,7 @@ def check_call(call: Any, names: set[str]) -> dict[str, Any]:
 def test_required_tool_call_is_valid(client: openai.OpenAI, seed: int) -> None:
     completion = client.chat.completions.create(
         model="m", messages=[{"role": "user", "content": "What's the weather in Paris?"}],
-        tools=[WEATHER_TOOL, TIME_TOOL], tool_choice="required", max_tokens=100, seed=seed,  # type: ignore[list-item]
+        tools=[WEATHER_TOOL, TIME_TOOL], tool_choice="required", max_tokens=100, seed=seed,
     )
     choice = completion.choices[0]
     assert choice.finish_reason == "tool_calls"
@@ -233,7 +244,7 @@ def test_required_tool_call_is_valid(client: openai.OpenAI, seed: int) -> None:
 def test_named_tool_call_and_round_trip(client: openai.OpenAI) -> None:
     messages: list[Any] = [{"role": "user", "content": "What time is it in Tokyo?"}]
     completion = client.chat.completions.create(
-        model="m", messages=messages, tools=[WEATHER_TOOL, TIME_TOOL], max_tokens=100,  # type: ignore[list-item]
+        model="m", messages=messages, tools=[WEATHER_TOOL, TIME_TOOL], max_tokens=100,
         tool_choice={"type": "function", "function": {"name": "get_time"}},
     )
     message = completion.choices[0].message
@@ -244,7 +255,7 @@ def test_named_tool_call_and_round_trip(client: openai.OpenAI) -> None:
         {"role": "assistant", "content": None, "tool_calls": [call.model_dump()]},
         {"role": "tool", "tool_call_id": call.id, "content": "10:42"},
     ]
-    answer = client.chat.completions.create(model="m", messages=messages, tools=[TIME_TOOL],  # type: ignore[list-item]
+    answer = client.chat.completions.create(model="m", messages=messages, tools=[TIME_TOOL],
                                             tool_choice="none", max_tokens=20)
     assert answer.choices[0].message.content
     assert answer.choices[0].message.tool_calls is None
@@ -252,7 +263,7 @@ def test_named_tool_call_and_round_trip(client: openai.OpenAI) -> None:
 
 def test_streamed_tool_calls(client: openai.OpenAI) -> None:
     stream = client.chat.completions.create(
-        model="m", messages=[{"role": "user", "content": "Weather in Rome?"}], tools=[WEATHER_TOOL],  # type: ignore[list-item]
+        model="m", messages=[{"role": "user", "content": "Weather in Rome?"}], tools=[WEATHER_TOOL],
         tool_choice="required", max_tokens=100, stream=True,
     )
     calls: dict[int, dict[str, str]] = {}
@@ -268,7 +279,7 @@ def test_streamed_tool_calls(client: openai.OpenAI) -> None:
             finish = choice.finish_reason or finish
     assert finish == "tool_calls"
     assert calls[0]["name"] == "get_weather"
-    jsonschema.validate(json.loads(calls[0]["arguments"]), WEATHER_TOOL["function"]["parameters"])  # type: ignore[index]
+    jsonschema.validate(json.loads(calls[0]["arguments"]), WEATHER_PARAMETERS)
 
 
 def test_responses_create_and_stream(client: openai.OpenAI) -> None:
@@ -290,39 +301,40 @@ def test_responses_create_and_stream(client: openai.OpenAI) -> None:
     for kind in ("response.output_item.added", "response.content_part.added", "response.output_text.delta",
                  "response.output_text.done", "response.content_part.done", "response.output_item.done"):
         assert kind in kinds
-    text = "".join(event.delta for event in events if event.type == "response.output_text.delta")  # type: ignore[union-attr]
+    text = "".join(event.delta for event in events if event.type == "response.output_text.delta")
     assert text == response.output_text
     final = events[-1].response  # type: ignore[union-attr]
     assert final.output_text == text
-    item_ids = {event.item_id for event in events if hasattr(event, "item_id")}  # type: ignore[union-attr]
+    item_ids = {event.item_id for event in events if hasattr(event, "item_id")}
     assert len(item_ids) == 1
 
 
 def test_responses_stream_helper_and_tools(client: openai.OpenAI) -> None:
-    greeting = {"type": "json_schema", "name": "greeting", "strict": True, "schema": {
-        "type": "object", "properties": {"greeting": {"type": "string", "enum": ["hi"]}},
-        "required": ["greeting"], "additionalProperties": False}}
+    greeting: ResponseFormatTextJSONSchemaConfigParam = {
+        "type": "json_schema", "name": "greeting", "strict": True, "schema": {
+            "type": "object", "properties": {"greeting": {"type": "string", "enum": ["hi"]}},
+            "required": ["greeting"], "additionalProperties": False}}
     # The schema's grammar ends the answer, so it completes on every CPU.
     with client.responses.stream(model="m", input="Say hi", max_output_tokens=64, temperature=0,
-                                 text={"format": greeting}) as stream:  # type: ignore[typeddict-item]
+                                 text={"format": greeting}) as stream:
         for _ in stream:
             pass
         final = stream.get_final_response()
     assert final.status == "completed" and json.loads(final.output_text) == {"greeting": "hi"}
     with client.responses.stream(model="m", input="Say hi", max_output_tokens=2, temperature=0,
-                                 text={"format": greeting}) as stream:  # type: ignore[typeddict-item]
+                                 text={"format": greeting}) as stream:
         last = list(stream)[-1]
     assert last.type == "response.incomplete"
-    assert last.response.incomplete_details is not None  # type: ignore[union-attr]
-    assert last.response.incomplete_details.reason == "max_output_tokens"  # type: ignore[union-attr]
+    assert last.response.incomplete_details is not None
+    assert last.response.incomplete_details.reason == "max_output_tokens"
     called = client.responses.create(
         model="m", input="What's the weather in Oslo?", max_output_tokens=100,
-        tools=[{"type": "function", "name": "get_weather", "parameters": WEATHER_TOOL["function"]["parameters"]}],  # type: ignore[index,list-item]
+        tools=[{"type": "function", "name": "get_weather", "parameters": WEATHER_PARAMETERS, "strict": False}],
         tool_choice="required",
     )
     calls = [item for item in called.output if item.type == "function_call"]
-    assert calls and calls[0].name == "get_weather"  # type: ignore[union-attr]
-    json.loads(calls[0].arguments)  # type: ignore[union-attr]
+    assert calls and calls[0].name == "get_weather"
+    json.loads(calls[0].arguments)
 
 
 def test_input_token_counts(vertex_server: Server) -> None:

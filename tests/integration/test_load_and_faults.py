@@ -89,7 +89,8 @@ class Client:
         self.check(reply["stop"] is True and reply["tokens_predicted"] <= 12, "bad completion")
 
     def predict(self) -> None:
-        instances = [{"@requestFormat": "tokenize", "content": f"client {self.number} item {i}"} for i in range(3)]
+        instances: list[dict[str, object]] = [
+            {"@requestFormat": "tokenize", "content": f"client {self.number} item {i}"} for i in range(3)]
         instances.append({"@requestFormat": "chatCompletions", "messages": [{"role": "user", "content": "Yo"}],
                           "max_tokens": 8})
         predictions = self.post("/predict", {"instances": instances}).json()["predictions"]
@@ -215,7 +216,7 @@ def test_a_failed_decode_fails_its_job_alone(tmp_path: Path) -> None:
     probe.close()
     failures: list[BaseException] = []
     application = build_application(settings, str(embedded_model_path()), None, failures.append,
-                                     lambda config: FaultyBackend(config, poison))  # type: ignore[arg-type,return-value]
+                                     lambda config: FaultyBackend(config, poison))
     server = make_server("127.0.0.1", 0, application.flask, threaded=True)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import openai
 import pytest
+from openai.types.chat import ChatCompletionMessageParam
 
 from tests.integration.conftest import Server
 
@@ -25,10 +26,10 @@ def test_chat(client: openai.OpenAI) -> None:
 
 
 def test_chat_stream(client: openai.OpenAI) -> None:
-    messages = [{"role": "user", "content": "Name three fruits."}]
-    whole = client.chat.completions.create(model="m", messages=messages, max_tokens=20, temperature=0)  # type: ignore[arg-type]
+    messages: list[ChatCompletionMessageParam] = [{"role": "user", "content": "Name three fruits."}]
+    whole = client.chat.completions.create(model="m", messages=messages, max_tokens=20, temperature=0)
     stream = client.chat.completions.create(
-        model="m", messages=messages, max_tokens=20, temperature=0, stream=True,  # type: ignore[arg-type]
+        model="m", messages=messages, max_tokens=20, temperature=0, stream=True,
         stream_options={"include_usage": True},
     )
     pieces, finish, usage = [], None, None

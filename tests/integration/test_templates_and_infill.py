@@ -13,14 +13,16 @@ import jsonschema
 import openai
 import pytest
 import requests
+from openai.types.chat import ChatCompletionFunctionToolParam, ChatCompletionMessageFunctionToolCall
 
 from app.model_files import embedded_model_path
 from tests.integration.conftest import ROOT, Server, start
 
 HERMES = ROOT / "tests" / "data" / "hermes_tools.jinja"
-TOOL = {"type": "function", "function": {
-    "name": "lookup", "description": "Look a word up in the dictionary",
-    "parameters": {"type": "object", "properties": {"word": {"type": "string"}}, "required": ["word"]}}}
+LOOKUP_PARAMETERS: dict[str, object] = {"type": "object", "properties": {"word": {"type": "string"}},
+                                        "required": ["word"]}
+TOOL: ChatCompletionFunctionToolParam = {"type": "function", "function": {
+    "name": "lookup", "description": "Look a word up in the dictionary", "parameters": LOOKUP_PARAMETERS}}
 
 
 @pytest.fixture(scope="module")
@@ -41,15 +43,16 @@ def test_the_template_renders_the_tools(hermes_server: Server) -> None:
 def test_a_named_call_comes_back_in_hermes_form(hermes_server: Server) -> None:
     client = openai.OpenAI(base_url=hermes_server.url("/v1"), api_key="x", max_retries=0)
     completion = client.chat.completions.create(
-        model="m", messages=[{"role": "user", "content": "Define the word cat"}], tools=[TOOL],  # type: ignore[list-item]
+        model="m", messages=[{"role": "user", "content": "Define the word cat"}], tools=[TOOL],
         tool_choice={"type": "function", "function": {"name": "lookup"}}, max_tokens=60,
     )
     choice = completion.choices[0]
     assert choice.finish_reason == "tool_calls"
     assert choice.message.content is None
-    call = choice.message.tool_calls[0]  # type: ignore[index]
-    assert call.function.name == "lookup"
-    jsonschema.validate(json.loads(call.function.arguments), TOOL["function"]["parameters"])  # type: ignore[index]
+    assert choice.message.tool_calls is not None
+    call = choice.message.tool_calls[0]
+    assert isinstance(call, ChatCompletionMessageFunctionToolCall) and call.function.name == "lookup"
+    jsonschema.validate(json.loads(call.function.arguments), LOOKUP_PARAMETERS)
     raw = requests.post(hermes_server.url("/completion"), timeout=60, json={
         "prompt": "<|im_start|>user\nDefine cat<|im_end|>\n<|im_start|>assistant\n", "n_predict": 60,
         "grammar": _hermes_grammar(hermes_server)}).json()["content"]
@@ -73,11 +76,12 @@ def test_an_auto_reply_is_either_a_valid_call_or_plain_text(hermes_server: Serve
     for seed in (1, 2, 3):
         message = client.chat.completions.create(
             model="m", messages=[{"role": "user", "content": "Look up the word 'ephemeral'."}],
-            tools=[TOOL], tool_choice="auto", max_tokens=60, seed=seed,  # type: ignore[list-item]
+            tools=[TOOL], tool_choice="auto", max_tokens=60, seed=seed,
         ).choices[0].message
         if message.tool_calls:
-            assert message.tool_calls[0].function.name == "lookup"
-            json.loads(message.tool_calls[0].function.arguments)
+            call = message.tool_calls[0]
+            assert isinstance(call, ChatCompletionMessageFunctionToolCall) and call.function.name == "lookup"
+            json.loads(call.function.arguments)
         else:
             assert message.content is not None and "<tool_call>" not in message.content
 

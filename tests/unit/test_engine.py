@@ -21,6 +21,7 @@ from app.engine import (
     InvalidJobError,
     Job,
     NotReadyError,
+    Scheduler,
     TokenChunk,
 )
 from tests.fakes import FakeBackend, encode
@@ -269,7 +270,7 @@ def test_submit_before_the_model_is_loaded_is_refused() -> None:
         gate.wait(5)
         return FakeBackend()
 
-    engine = Engine(slow_backend)  # type: ignore[arg-type]
+    engine = Engine(slow_backend)
     engine.start()
     try:
         assert not engine.is_ready
@@ -287,8 +288,7 @@ def test_a_load_failure_is_reported_to_the_owner() -> None:
     def broken() -> FakeBackend:
         raise OSError("no such model")
 
-    engine = Engine(broken)  # type: ignore[arg-type]
-    engine.on_load_failure = failures.append
+    engine = Engine(broken, on_load_failure=failures.append)
     engine.start()
     deadline = time.monotonic() + 5
     while not failures and time.monotonic() < deadline:
@@ -342,11 +342,11 @@ def test_copies_decode_the_prompt_once_and_copy_the_cells(backend: FakeBackend, 
     prompt_tokens_decoded = sum(1 for batch in backend.batches for entry in batch if not entry.logits or
                                 entry.token in prompt.prompt[-1:])
     assert prompt_tokens_decoded <= len(prompt.prompt) + 2
-    leader_slot = finals[0].id_slot  # type: ignore[union-attr]
+    leader_slot = finals[0].id_slot
     assert sorted(target for source, target in backend.copies if source == leader_slot) == sorted(
-        f.id_slot for f in finals[1:]  # type: ignore[union-attr]
+        f.id_slot for f in finals[1:]
     )
-    assert len({f.id_slot for f in finals}) == 3  # type: ignore[union-attr]
+    assert len({f.id_slot for f in finals}) == 3
 
 
 def test_copies_get_distinct_seeds_when_one_is_given(engine: Engine) -> None:
@@ -441,7 +441,11 @@ def test_jobs_with_different_lora_scales_never_share_a_decode(backend: FakeBacke
 
 def test_control_actions_run_on_the_engine_thread(engine: Engine) -> None:
     seen: list[str] = []
-    assert engine.control(lambda scheduler: seen.append(threading.current_thread().name) or len(scheduler.slots)) == 4
+    def action(scheduler: Scheduler) -> int:
+        seen.append(threading.current_thread().name)
+        return len(scheduler.slots)
+
+    assert engine.control(action) == 4
     assert seen == ["engine"]
     with pytest.raises(ValueError):
         engine.control(lambda scheduler: (_ for _ in ()).throw(ValueError("boom")))
@@ -454,7 +458,7 @@ def test_idle_sleep_frees_the_backend_and_wakes_for_work() -> None:
         loads.append(FakeBackend())
         return loads[-1]
 
-    engine = Engine(factory, EngineOptions(sleep_idle_seconds=0.2))  # type: ignore[arg-type]
+    engine = Engine(factory, EngineOptions(sleep_idle_seconds=0.2))
     engine.start()
     try:
         assert engine.wait_ready(5)

@@ -13,7 +13,7 @@ from gcp.storage import GcsUri, ModelDownloadError, fetch_model, is_gcs_uri
 
 class DeniedClient:
     def get_bucket(self, name: str) -> Any:
-        raise gexc.Forbidden("caller does not have storage.buckets.get access")
+        raise gexc.Forbidden("caller does not have storage.buckets.get access")  # type: ignore[no-untyped-call]
 
 
 class BrokenClient:
@@ -31,10 +31,10 @@ def test_parse() -> None:
 
 def test_permission_denied_names_the_uri(tmp_path: Path) -> None:
     with pytest.raises(ModelDownloadError) as caught:
-        fetch_model("gs://private/model.gguf", tmp_path, client=DeniedClient())  # type: ignore[arg-type]
+        fetch_model("gs://private/model.gguf", tmp_path, client=DeniedClient())
     assert str(caught.value).startswith("gs://private/model.gguf: permission denied")
 
 
 def test_other_failures_name_the_uri(tmp_path: Path) -> None:
     with pytest.raises(ModelDownloadError, match=r"^gs://b/m.gguf: ConnectionError: network unreachable"):
-        fetch_model("gs://b/m.gguf", tmp_path, client=BrokenClient())  # type: ignore[arg-type]
+        fetch_model("gs://b/m.gguf", tmp_path, client=BrokenClient())

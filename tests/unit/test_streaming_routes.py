@@ -5,6 +5,7 @@ dropped, never sent as U+FFFD."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import fields
 from typing import Any
 
@@ -22,7 +23,7 @@ def chat(content: str, **extra: Any) -> dict[str, Any]:
     return {"messages": [{"role": "user", "content": content}], **extra}
 
 
-STREAMING = {
+STREAMING: dict[str, Callable[[str, dict[str, Any]], dict[str, Any]]] = {
     "/completion": lambda text, extra: {"prompt": text, **extra},
     "/completions": lambda text, extra: {"prompt": text, **extra},
     "/v1/completions": lambda text, extra: {"prompt": text, **extra},
@@ -147,7 +148,7 @@ def final_response(raw: str) -> dict[str, Any]:
 def test_the_other_dialects_name_their_stop_reasons(client: FlaskClient) -> None:
     def messages(**extra: Any) -> dict[str, Any]:
         body = client.post("/v1/messages", json={"max_tokens": 64, **chat(PROMPT), **extra}).json
-        assert body is not None
+        assert isinstance(body, dict)
         return body
 
     assert messages()["stop_reason"] == "end_turn"

@@ -91,3 +91,22 @@ def test_the_route_table() -> None:
     assert public == {"/health", "/v1/health", "/models", "/v1/models", "/openapi.json"}
     for spec in ROUTES:
         assert spec.handler.__name__.startswith(spec.method.lower() + "_"), spec
+
+
+BACKEND_ONLY = {"new_sampler", "copy_sequence", "forget", "embedder", "set_lora", "save_sequence",
+                "load_sequence"}
+
+
+def test_http_threads_reach_llama_cpp_only_through_the_engines_doors() -> None:
+    """Outside the engine, nothing calls a Backend method or an Engine internal: llama.cpp is
+    reached through Engine.submit/submit_embeddings/control/save_slot... (on the engine thread) or
+    Engine.vocab (read-only, documented as safe from any thread)."""
+    for package in ("app", "gcp"):
+        for path in modules(package):
+            if "app/engine" in path.as_posix():
+                continue
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.Attribute):
+                    assert node.attr not in BACKEND_ONLY, (path, node.lineno, node.attr)
+                    assert node.attr not in ("_backend", "_current", "_slots", "_inbox", "backend"), (
+                        path, node.lineno, node.attr)

@@ -83,9 +83,10 @@ class LlamaVocabulary:
 
     def json_schema_grammar(self, schema: object) -> str:
         try:
-            return str(json_schema_to_gbnf(json.dumps(schema)))
+            grammar = str(json_schema_to_gbnf(json.dumps(schema)))
         except Exception as exc:  # the converter signals a bad schema in many ways (asserts included)
             raise ValueError(f"{type(exc).__name__}: {exc}") from None
+        return strict_json_strings(grammar)
 
     def special_tokens(self) -> dict[str, int]:
         found = {}
@@ -116,3 +117,15 @@ def model_meta(model: Any, key: str) -> str | None:
     if size < 0:
         return None
     return buffer.value.decode("utf-8", errors="replace")
+
+
+# llama-cpp-python's converter lets a JSON string hold raw control characters (``[^"\\]``), so a
+# grammar-valid answer could fail to parse (a raw newline inside a string); JSON forbids them, and
+# llama.cpp's own converter leaves them out as here.
+_LAX_CHAR = 'char ::= [^"\\\\]'
+_STRICT_CHAR = 'char ::= [^"\\\\\\x7F\\x00-\\x1F]'
+
+
+def strict_json_strings(grammar: str) -> str:
+    """The grammar with JSON strings that hold no control characters."""
+    return grammar.replace(_LAX_CHAR, _STRICT_CHAR)
