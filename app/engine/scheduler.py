@@ -19,8 +19,7 @@ from app.engine.embedding_batches import run_embedding_decode
 from app.engine.errors import CancelledError, DecodeError, EngineError
 from app.engine.slots import ControlJob, EmbedJob, Job, Slot, SlotState
 from app.engine.stats import StatsRecorder
-from app.engine.text import scan_for_stop
-from app.engine.types import Completion, FinishReason, Timings, TokenChunk
+from app.engine.types import Completion, FinishReason, Timings
 
 log = logging.getLogger(__name__)
 
@@ -28,10 +27,6 @@ log = logging.getLogger(__name__)
 @dataclass(frozen=True)
 class SchedulerOptions:
     cont_batching: bool = True
-
-
-def indentation_of(line: str) -> int:
-    return len(line) - len(line.lstrip(" \t"))
 
 
 class Scheduler:
@@ -246,7 +241,7 @@ class Scheduler:
                 self._take_token(member, index)
 
     def _take_token(self, slot: Slot, index: int) -> None:
-        assert slot.job is not None and slot.sampler is not None
+        assert slot.job is not None and slot.sampler is not None and slot.generation is not None
         request = slot.job.request
         sampled = slot.sampler.sample(index)
         token = sampled.token
@@ -255,71 +250,32 @@ class Scheduler:
             self._finish(slot, FinishReason.EOS, None)
             return
         slot.next_token = token
-        slot.generated.append(token)
-        slot.unsent_tokens.append(token)
-        if sampled.probs is not None:
-            slot.probs.append(sampled.probs)
-        before = len(slot.text)
-        slot.text += slot.utf8.feed(self.backend.vocab.piece(token, False))
-        scan = scan_for_stop(slot.text, slot.stop_searched, request.stop)
-        slot.stop_searched = len(slot.text)
-        if scan.stop_word is not None:
-            slot.text = slot.text[: scan.safe_end]
-            self._finish(slot, FinishReason.WORD, scan.stop_word)
-            return
-        if self._line_limit(slot, before):
-            self._finish(slot, FinishReason.LIMIT, None)
-            return
-        if 0 <= request.n_predict <= len(slot.generated):
-            self._finish(slot, FinishReason.LIMIT, None)
+        elapsed_ms = (slot.t_last - slot.t_prompt_done) * 1000.0
+        outcome = slot.generation.add(token, self.backend.vocab.piece(token, False), sampled.probs, elapsed_ms)
+        if outcome.finish is not None:
+            self._finish(slot, outcome.finish, outcome.stop_word)
             return
         if len(slot.cached) + 1 >= self.backend.n_ctx_seq:
             self._finish(slot, FinishReason.LIMIT, None, truncated=True)
             return
-        if scan.safe_end > slot.sent:
-            self._send_chunk(slot, scan.safe_end)
-
-    def _line_limit(self, slot: Slot, before: int) -> bool:
-        """``n_indent`` (stop at a line indented less than it) and ``t_max_predict_ms`` (stop at a
-        new line once the time is up), as llama-server checks them."""
-        assert slot.job is not None
-        request = slot.job.request
-        if "\n" not in slot.text[before:]:
-            return False
-        if request.t_max_predict_ms > 0:
-            elapsed_ms = (time.perf_counter() - slot.t_prompt_done) * 1000.0
-            if elapsed_ms > request.t_max_predict_ms:
-                return True
-        if request.n_indent > 0:
-            lines = slot.text.split("\n")
-            for number, line in enumerate(lines[1:-1], start=1):
-                if line.strip() and indentation_of(line) < request.n_indent:
-                    slot.text = "\n".join(lines[:number])
-                    return True
-        return False
-
-    def _send_chunk(self, slot: Slot, end: int) -> None:
-        assert slot.job is not None
-        probs = tuple(slot.probs[slot.probs_sent:])
-        slot.job.emit(TokenChunk(slot.text[slot.sent:end], tuple(slot.unsent_tokens), len(slot.generated),
-                                 slot.id, probs))
-        slot.sent = end
-        slot.probs_sent = len(slot.probs)
-        slot.unsent_tokens = []
+        chunk = slot.generation.chunk(slot.id)
+        if chunk is not None:
+            slot.job.emit(chunk)
 
     def _finish(self, slot: Slot, reason: FinishReason, stop_word: str | None, truncated: bool = False) -> None:
-        assert slot.job is not None
-        slot.sent = min(slot.sent, len(slot.text))
-        if len(slot.text) > slot.sent or slot.unsent_tokens:
-            self._send_chunk(slot, len(slot.text))
+        assert slot.job is not None and slot.generation is not None
+        generation = slot.generation
+        chunk = generation.chunk(slot.id, final=True)
+        if chunk is not None:
+            slot.job.emit(chunk)
         end = slot.t_last or time.perf_counter()
         predicted_ms = (end - slot.t_prompt_done) * 1000.0 if slot.t_prompt_done else 0.0
         prompt_ms = ((slot.t_prompt_done or end) - slot.t_start) * 1000.0
-        self.stats.on_generation_done(len(slot.generated), predicted_ms / 1000.0)
+        self.stats.on_generation_done(len(generation.tokens), predicted_ms / 1000.0)
         job = slot.job
         completion = Completion(
-            text=slot.text,
-            tokens=tuple(slot.generated),
+            text=generation.text,
+            tokens=tuple(generation.tokens),
             finish=reason,
             stopping_word=stop_word or "",
             truncated=truncated,
@@ -330,10 +286,10 @@ class Scheduler:
                 cache_n=slot.cache_n,
                 prompt_n=slot.n_prompt - slot.cache_n,
                 prompt_ms=prompt_ms,
-                predicted_n=len(slot.generated),
+                predicted_n=len(generation.tokens),
                 predicted_ms=predicted_ms,
             ),
-            probs=tuple(slot.probs),
+            probs=tuple(generation.probs),
         )
         slot.release()  # before the answer goes out, so /slots never shows a finished job as running
         job.emit(completion)

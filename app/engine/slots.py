@@ -14,8 +14,8 @@ from typing import Any
 
 from app.engine.backend import Sampler
 from app.engine.errors import EngineError
-from app.engine.text import Utf8Stream
-from app.engine.types import GenerationRequest, JobEvent, SlotView, TokenChunk, TokenProbs
+from app.engine.generation import Generation
+from app.engine.types import GenerationRequest, JobEvent, SlotView, TokenChunk
 
 _job_ids = count()
 
@@ -106,14 +106,7 @@ class Slot:
     pending: list[int] = field(default_factory=list)
     next_token: int = -1
     sampler: Sampler | None = None
-    utf8: Utf8Stream = field(default_factory=Utf8Stream)
-    text: str = ""
-    sent: int = 0
-    stop_searched: int = 0
-    generated: list[int] = field(default_factory=list)
-    unsent_tokens: list[int] = field(default_factory=list)
-    probs: list[TokenProbs] = field(default_factory=list)
-    probs_sent: int = 0
+    generation: Generation | None = None  # the text side; kept after the job for /slots
     leader: Slot | None = None
     n_prompt: int = 0
     cache_n: int = 0
@@ -141,14 +134,7 @@ class Slot:
         del self.cached[keep:]
         self.pending = prompt[keep:]
         self.next_token = -1
-        self.utf8 = Utf8Stream()
-        self.text = ""
-        self.sent = 0
-        self.stop_searched = 0
-        self.generated = []
-        self.unsent_tokens = []
-        self.probs = []
-        self.probs_sent = 0
+        self.generation = Generation(job.request)
         self.leader = None
         self.n_prompt = len(prompt)
         self.cache_n = keep
@@ -173,10 +159,11 @@ class Slot:
         """What /slots shows of this slot (read from another thread: a snapshot, not a lock)."""
         request = self.last_request
         n_predict = request.n_predict if request else -1
-        n_decoded = len(self.generated)
+        n_decoded = len(self.generation.tokens) if self.generation else 0
         return SlotView(
             id=self.id, n_ctx=n_ctx, is_processing=self.busy, id_task=self.last_task,
             n_cached=len(self.cached), n_prompt_processed=self.last_prompt_n, n_prompt_cache=self.cache_n,
             n_decoded=n_decoded, n_remain=(n_predict - n_decoded) if n_predict >= 0 else -1,
-            has_next_token=self.busy, has_new_line="\n" in self.text, request=request,
+            has_next_token=self.busy, has_new_line=bool(self.generation and "\n" in self.generation.text),
+            request=request,
         )
