@@ -20,13 +20,13 @@ def run_embedding_decode(queue: deque[EmbedJob], backend: Backend, stats: StatsR
         embedder = backend.embedder()
     except EngineError as exc:
         while queue:
-            queue.popleft().sink.put((0, exc))
+            queue.popleft().outcome.set_exception(exc)
         return
     for job in list(queue):
         longest = max(len(tokens) for tokens in job.inputs)
         if longest > embedder.n_ctx:
             queue.remove(job)
-            job.sink.put((0, ContextExceededError(longest, embedder.n_ctx)))
+            job.outcome.set_exception(ContextExceededError(longest, embedder.n_ctx))
     batch: list[tuple[EmbedJob, int]] = []
     tokens = 0
     for job in queue:
@@ -46,7 +46,7 @@ def run_embedding_decode(queue: deque[EmbedJob], backend: Backend, stats: StatsR
     except EngineError as exc:
         for job in {id(job): job for job, _ in batch}.values():
             queue.remove(job)
-            job.sink.put((0, exc))
+            job.outcome.set_exception(exc)
         return
     stats.on_decode(tokens, len(batch))
     for (job, number), result in zip(batch, vectors, strict=True):
@@ -54,5 +54,5 @@ def run_embedding_decode(queue: deque[EmbedJob], backend: Backend, stats: StatsR
         job.done = number + 1
     while queue and queue[0].done == len(queue[0].inputs):
         job = queue.popleft()
-        job.sink.put((0, EmbeddingResult(tuple(job.results), tuple(len(t) for t in job.inputs),
-                                         embedder.pooling)))
+        job.outcome.set_result(EmbeddingResult(tuple(job.results), tuple(len(t) for t in job.inputs),
+                                               embedder.pooling))

@@ -231,7 +231,7 @@ class Engine:
         with self._outstanding_lock:
             self._outstanding -= 1
 
-    def submit_embeddings(self, inputs: Sequence[Sequence[int]], sink: EventSink | None = None) -> EmbedJob:
+    def submit_embeddings(self, inputs: Sequence[Sequence[int]]) -> EmbedJob:
         """Queue token inputs for embedding; each must fit the embedding context."""
         backend = self._loaded()
         if not inputs:
@@ -243,7 +243,7 @@ class Engine:
                 raise ContextExceededError(len(tokens), self._options.embed_n_ctx)
             if backend.info.outside_vocabulary(tokens):
                 raise InvalidJobError("Prompt contains invalid tokens")
-        job = EmbedJob(tuple(tuple(tokens) for tokens in inputs), sink)
+        job = EmbedJob(tuple(tuple(tokens) for tokens in inputs))
         self._inbox.put(job)
         return job
 
@@ -399,9 +399,7 @@ class Engine:
             if isinstance(item, Job):
                 for member in item.family:
                     member.emit(error)
-            elif isinstance(item, EmbedJob):
-                item.sink.put((0, error))
-            elif isinstance(item, ControlJob):
+            elif isinstance(item, EmbedJob | ControlJob):
                 item.outcome.set_exception(error)
 
 

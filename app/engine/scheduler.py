@@ -318,7 +318,7 @@ class Scheduler:
                 member.emit(error)
         self.pending.clear()
         for embed in self.embeddings:
-            embed.sink.put((0, error))
+            embed.outcome.set_exception(error)
         for control in self.controls:
             control.outcome.set_exception(error)
         self.embeddings.clear()

@@ -15,7 +15,7 @@ from typing import Any
 from app.engine.backend import Sampler
 from app.engine.errors import EngineError
 from app.engine.generation import Generation
-from app.engine.types import GenerationRequest, JobEvent, SlotView, TokenChunk
+from app.engine.types import EmbeddingResult, GenerationRequest, JobEvent, SlotView, TokenChunk
 
 _job_ids = count()
 
@@ -60,11 +60,11 @@ class Job:
 
 
 class EmbedJob:
-    """Token inputs to embed; the engine emits one ``EmbeddingResult`` (or an error)."""
+    """Token inputs to embed; the outcome is an ``EmbeddingResult`` or the engine error."""
 
-    def __init__(self, inputs: tuple[tuple[int, ...], ...], sink: EventSink | None = None) -> None:
+    def __init__(self, inputs: tuple[tuple[int, ...], ...]) -> None:
         self.inputs = inputs
-        self.sink: EventSink = sink if sink is not None else queue.SimpleQueue()
+        self.outcome: Future[EmbeddingResult] = Future()
         self.results: list[list[list[float]]] = [[] for _ in inputs]
         self.done = 0  # inputs embedded so far (in order)
 

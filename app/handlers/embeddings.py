@@ -16,9 +16,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from app.api import ApiReply, ApiRequest
 from app.context import ServerContext
-from app.engine import EmbeddingResult, EngineError
+from app.engine import EmbeddingResult
 from app.errors import InvalidRequestError
-from app.handlers.generation import next_event
+from app.handlers.generation import wait_for
 from app.handlers.params import validate_body
 from app.handlers.prompts import tokenize_prompt
 
@@ -38,12 +38,7 @@ def normalize(vector: list[float], norm: int) -> list[float]:
 
 
 def embed(ctx: ServerContext, inputs: Sequence[Sequence[int]], should_stop: Callable[[], bool]) -> EmbeddingResult:
-    job = ctx.engine.submit_embeddings(inputs)
-    _, outcome = next_event(job.sink, should_stop)
-    if isinstance(outcome, EngineError):
-        raise outcome
-    assert isinstance(outcome, EmbeddingResult)
-    return outcome
+    return wait_for(ctx.engine.submit_embeddings(inputs).outcome, should_stop)
 
 
 def _input_tokens(ctx: ServerContext, raw: Any, field: str) -> list[list[int]]:

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import queue
 from collections.abc import Callable, Generator, Iterator, Sequence
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from app.api import ApiReply, SseEvent
 from app.engine import (
@@ -23,6 +25,7 @@ from app.engine import (
 )
 
 POLL_SECONDS = 0.1
+T = TypeVar("T")
 
 
 def next_event(sink: queue.SimpleQueue[tuple[int, Any]], should_stop: Callable[[], bool]) -> tuple[int, Any]:
@@ -31,6 +34,16 @@ def next_event(sink: queue.SimpleQueue[tuple[int, Any]], should_stop: Callable[[
         try:
             return sink.get(timeout=POLL_SECONDS)
         except queue.Empty:
+            if should_stop():
+                raise CancelledError("the client disconnected") from None
+
+
+def wait_for(outcome: Future[T], should_stop: Callable[[], bool]) -> T:
+    """A one-shot engine result (its engine error raised); CancelledError once the client has gone."""
+    while True:
+        try:
+            return outcome.result(timeout=POLL_SECONDS)
+        except FutureTimeout:
             if should_stop():
                 raise CancelledError("the client disconnected") from None
 

@@ -408,7 +408,7 @@ def test_embeddings_are_packed_into_as_few_decodes_as_fit(backend: FakeBackend) 
 
     inputs = [encode("x" * n) for n in (10, 20, 30, 5, 5, 5, 5)]
     job = engine.submit_embeddings(inputs)
-    _, result = job.sink.get(timeout=5)
+    result = job.outcome.result(timeout=5)
     assert isinstance(result, EmbeddingResult)
     assert [vectors[0][0] for vectors in result.vectors] == [10.0, 20.0, 30.0, 5.0, 5.0, 5.0, 5.0]
     assert result.n_tokens == (10, 20, 30, 5, 5, 5, 5)
@@ -422,7 +422,7 @@ def test_embeddings_are_packed_into_as_few_decodes_as_fit(backend: FakeBackend) 
 
 def test_an_input_over_the_embedding_context_fails_alone(backend: FakeBackend, engine: Engine) -> None:
     job = engine.submit_embeddings([encode("z" * 100)])  # the engine allows 512, the context holds 64
-    _, outcome = job.sink.get(timeout=5)
+    outcome = job.outcome.exception(timeout=5)
     assert isinstance(outcome, ContextExceededError) and outcome.n_ctx == 64
     assert isinstance(events_of(engine.submit(request("still fine")))[-1], Completion)
 
