@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from app.api import Route
@@ -52,13 +53,16 @@ class ServerContext:
         with self._template_lock:
             if self._template is None:
                 info = self.engine.info
-                vocab = self.engine.vocab
                 choice = choose_template(
                     self.settings.chat_template,
                     self.settings.chat_template_file,
                     info.chat_template,
                     self.settings.jinja,
                 )
-                self._template = ChatTemplate(choice, info.bos_token, info.eos_token,
-                                              vocab.apply_builtin_template)
+                self._template = ChatTemplate(choice, info.bos_token, info.eos_token, self._render_builtin)
             return self._template
+
+    def _render_builtin(self, template: str | None, messages: Sequence[tuple[str, str]], add_assistant: bool) -> str:
+        """Through the vocabulary of the model loaded now: after an idle sleep the one the template
+        was made with is freed (and llama.cpp reads the model's own template from it)."""
+        return self.engine.vocab.apply_builtin_template(template, messages, add_assistant)
