@@ -31,7 +31,7 @@ def test_built_in_templates_render_with_the_model_loaded_now() -> None:
         backend = FakeBackend(n_seq=config.n_seq)
         backend.vocab = FreedWithItsModel(backend)
         loads.append(backend)
-        return backend  # type: ignore[return-value]
+        return backend
 
     settings = parse_settings(["-np", "1", "--no-jinja", "--sleep-idle-seconds", "1"], {})
     app = build_application(settings, "/models/fake.gguf", None, lambda exc: None, make)
