@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import json
 import logging
 import os
 import re
@@ -67,14 +68,13 @@ def default_cache_dir() -> Path:
 
 
 def _model_blobs(client: storage.Client, uri: GcsUri) -> list[Any]:
-    """The blobs to download, the one llama.cpp loads first."""
-    try:
-        bucket = client.get_bucket(uri.bucket)
-    except gexc.NotFound:
-        raise ModelDownloadError(f"{uri}: the bucket {uri.bucket!r} does not exist") from None
+    """The blobs to download, the one llama.cpp loads first. Only object reads and lists: no bucket
+    metadata call, so ``roles/storage.objectViewer`` is enough."""
+    bucket = client.bucket(uri.bucket)
     if uri.name.endswith(".gguf"):
         blob = bucket.get_blob(uri.name)
         if blob is None:
+            _list(client, uri, uri.name)  # a missing bucket says so here
             raise ModelDownloadError(f"{uri}: no such object")
         match = SPLIT.match(uri.name)
         if not match:
@@ -82,7 +82,7 @@ def _model_blobs(client: storage.Client, uri: GcsUri) -> list[Any]:
         directory = uri.name.rsplit("/", 1)[0] + "/" if "/" in uri.name else ""
         return _split_parts(client, uri, directory, match["stem"], int(match["total"]))
     prefix = uri.name if not uri.name or uri.name.endswith("/") else uri.name + "/"
-    names = [b.name for b in client.list_blobs(uri.bucket, prefix=prefix)
+    names = [b.name for b in _list(client, uri, prefix)
              if b.name.endswith(".gguf") and "/" not in b.name[len(prefix):] and "mmproj" not in b.name]
     whole = [name for name in names if not SPLIT.match(name)]
     splits = sorted({(m["stem"], int(m["total"])) for name in names if (m := SPLIT.match(name))})
@@ -96,6 +96,14 @@ def _model_blobs(client: storage.Client, uri: GcsUri) -> list[Any]:
         return [bucket.get_blob(whole[0])]
     stem, total = splits[0]
     return _split_parts(client, uri, prefix, stem, total)
+
+
+def _list(client: storage.Client, uri: GcsUri, prefix: str) -> list[Any]:
+    """The objects under ``prefix`` (an object list: what an object viewer may do)."""
+    try:
+        return list(client.list_blobs(uri.bucket, prefix=prefix))
+    except gexc.NotFound:
+        raise ModelDownloadError(f"{uri}: the bucket {uri.bucket!r} does not exist") from None
 
 
 def _split_parts(client: storage.Client, uri: GcsUri, directory: str, stem: str, total: int) -> list[Any]:
@@ -120,8 +128,30 @@ def _md5_matches(path: Path, expected: str | None) -> bool:
     return base64.b64encode(digest.digest()).decode() == expected
 
 
+def _record_path(path: Path) -> Path:
+    return path.with_name(path.name + ".gcs.json")
+
+
+def _identity(blob: Any) -> dict[str, Any]:
+    """What names one version of an object: its generation, size and checksum."""
+    return {"generation": blob.generation, "size": blob.size, "md5": blob.md5_hash}
+
+
 def _cached(path: Path, blob: Any) -> bool:
-    return path.is_file() and path.stat().st_size == blob.size and _md5_matches(path, blob.md5_hash)
+    """The cached copy is this version of the object. A copy downloaded here carries a record of
+    the object's identity, compared without reading the file (a model may be many GB); a copy
+    without one is hashed once and then recorded."""
+    if not path.is_file() or path.stat().st_size != blob.size:
+        return False
+    try:
+        if json.loads(_record_path(path).read_text()) == _identity(blob):
+            return True
+    except (OSError, ValueError):
+        pass
+    if not _md5_matches(path, blob.md5_hash):
+        return False
+    _record_path(path).write_text(json.dumps(_identity(blob)))
+    return True
 
 
 @contextmanager
@@ -178,7 +208,14 @@ def _download(blob: Any, target: Path) -> None:
         partial.unlink(missing_ok=True)
         raise ModelDownloadError(f"{label}: the downloaded copy does not match the object's size or checksum")
     partial.replace(target)
+    _record_path(target).write_text(json.dumps(_identity(blob)))
     log.info("downloaded %s in %.1f s", label, time.monotonic() - started)
+
+
+def _account(client: Any) -> str | None:
+    """The service account the client acts as, where its credentials say (on Vertex AI they do)."""
+    email = getattr(getattr(client, "_credentials", None), "service_account_email", None)
+    return email if isinstance(email, str) and "@" in email else None
 
 
 def fetch_model(uri: str, cache_dir: Path | None = None, client: storage.Client | None = None) -> Path:
@@ -196,7 +233,11 @@ def fetch_model(uri: str, cache_dir: Path | None = None, client: storage.Client 
     except ModelDownloadError:
         raise
     except gexc.Forbidden as exc:
-        raise ModelDownloadError(f"{uri}: permission denied ({exc.message})") from None
+        account = _account(client)
+        raise ModelDownloadError(
+            f"{uri}: permission denied ({exc.message}); grant {account or 'the serving account'} "
+            f"roles/storage.objectViewer on gs://{parsed.bucket} (deploy with --service-account to use your own)"
+        ) from None
     except gexc.NotFound as exc:
         raise ModelDownloadError(f"{uri}: not found ({exc.message})") from None
     except gexc.GoogleAPIError as exc:

@@ -4,18 +4,23 @@ google-cloud-storage client: gs:// files, directories, split GGUFs, AIP_STORAGE_
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
 
 import gguf
 import pytest
 import requests
 from gguf.scripts.gguf_new_metadata import copy_with_new_metadata, get_field_data
 
+import gcp.storage as storage_module
 from app.model_files import embedded_model_path
+from gcp.storage import fetch_model
 from tests.integration.conftest import Server, free_port, launch, start
 
 
@@ -140,3 +145,48 @@ def test_bad_uris_stop_start_up_naming_the_uri(tmp_path: Path, emulator: str, ur
     code = server.process.wait(120)
     assert code != 0
     assert message in server.log()
+
+
+class ObjectViewerSession(requests.Session):
+    """The HTTP session of a real storage client acting as an account with only
+    roles/storage.objectViewer: bucket-level reads are answered 403. Every request is recorded."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[tuple[str, str]] = []
+
+    def request(self, method: str | bytes, url: str | bytes, *args: Any, **kwargs: Any) -> requests.Response:
+        path = urlsplit(str(url)).path
+        self.calls.append((str(method), path))
+        if re.fullmatch(r"/storage/v1/b/[^/]+/?", path):
+            denied = requests.Response()
+            denied.status_code = 403
+            denied._content = b'{"error": {"code": 403, "message": "no storage.buckets.get permission"}}'
+            denied.headers["Content-Type"] = "application/json"
+            denied.url = str(url)
+            return denied
+        return super().request(method, url, *args, **kwargs)
+
+
+def test_the_download_needs_only_object_reads_and_a_cached_model_is_not_read_again(
+    emulator: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from google.auth.credentials import AnonymousCredentials
+    from google.cloud import storage
+
+    session = ObjectViewerSession()
+    client = storage.Client(project="test", credentials=AnonymousCredentials(),  # type: ignore[no-untyped-call]
+                            _http=session)
+    for uri in ("gs://models/smol/model.gguf", "gs://models/smol", "gs://models/split"):
+        fetch_model(uri, tmp_path / "cache", client=client)
+    assert any("/o/" in path for _, path in session.calls)  # the objects were read, without bucket metadata
+    local = tmp_path / "cache" / "models" / "smol" / "model.gguf"
+    assert local.with_name("model.gguf.gcs.json").is_file()
+
+    def no_hashing(path: Path, expected: str | None) -> bool:
+        raise AssertionError(f"{path} was read again")
+
+    monkeypatch.setattr(storage_module, "_md5_matches", no_hashing)
+    session.calls.clear()
+    assert fetch_model("gs://models/smol/model.gguf", tmp_path / "cache", client=client) == local
+    assert not any("alt=media" in path or "/download/" in path for _, path in session.calls)

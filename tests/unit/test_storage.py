@@ -11,14 +11,30 @@ from google.api_core import exceptions as gexc
 from gcp.storage import GcsUri, ModelDownloadError, fetch_model, is_gcs_uri
 
 
+class DeniedBucket:
+    def get_blob(self, name: str) -> Any:
+        raise gexc.Forbidden("caller does not have storage.objects.get access")  # type: ignore[no-untyped-call]
+
+
+class Credentials:
+    service_account_email = "serving@project.iam.gserviceaccount.com"
+
+
 class DeniedClient:
-    def get_bucket(self, name: str) -> Any:
-        raise gexc.Forbidden("caller does not have storage.buckets.get access")  # type: ignore[no-untyped-call]
+    _credentials = Credentials()
+
+    def bucket(self, name: str) -> Any:
+        return DeniedBucket()
+
+
+class BrokenBucket:
+    def get_blob(self, name: str) -> Any:
+        raise ConnectionError("network unreachable")
 
 
 class BrokenClient:
-    def get_bucket(self, name: str) -> Any:
-        raise ConnectionError("network unreachable")
+    def bucket(self, name: str) -> Any:
+        return BrokenBucket()
 
 
 def test_parse() -> None:
@@ -32,7 +48,9 @@ def test_parse() -> None:
 def test_permission_denied_names_the_uri(tmp_path: Path) -> None:
     with pytest.raises(ModelDownloadError) as caught:
         fetch_model("gs://private/model.gguf", tmp_path, client=DeniedClient())
-    assert str(caught.value).startswith("gs://private/model.gguf: permission denied")
+    message = str(caught.value)
+    assert message.startswith("gs://private/model.gguf: permission denied")
+    assert "serving@project.iam.gserviceaccount.com" in message and "roles/storage.objectViewer" in message
 
 
 def test_other_failures_name_the_uri(tmp_path: Path) -> None:
