@@ -4,13 +4,15 @@
 
 Prints one table: time to healthy, time to first token, aggregate generated tokens/s at 1, 4, 8
 and 16 concurrent streams, /predict with 8 instances against 8 sequential calls, tokenize
-requests/s, and peak memory (RSS of the server's processes), with ratios ours/theirs. The servers
-run one after the other, never together. Not a test: timings on shared machines are noisy.
+requests/s, the health check's p99 latency while 32 streams run (one read slowly), and peak
+memory (RSS of the server's processes), with ratios ours/theirs. The servers run one after the
+other, never together. Not a test: timings on shared machines are noisy.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import platform
@@ -22,7 +24,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -80,11 +82,11 @@ class Running:
 
 @contextmanager
 def running(command: list[str], port: int, health: str, env: dict[str, str],
-            log: Path | None = None) -> Iterator[Running]:
+            log: Path | None = None, cwd: Path = ROOT) -> Iterator[Running]:
     """A server started from ``command`` and healthy; its output goes to ``log`` (else nowhere)."""
     started = time.perf_counter()
     with log.open("wb") if log else open(os.devnull, "wb") as output:
-        process = subprocess.Popen(command, cwd=ROOT, env={**os.environ, **env}, stdout=output,
+        process = subprocess.Popen(command, cwd=cwd, env={**os.environ, **env}, stdout=output,
                                    stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"
     while True:
@@ -108,6 +110,12 @@ def running(command: list[str], port: int, health: str, env: dict[str, str],
             process.wait(60)
         except subprocess.TimeoutExpired:
             process.kill()
+
+
+def llama_lib_dir() -> Path:
+    spec = importlib.util.find_spec("llama_cpp")
+    assert spec is not None and spec.origin is not None
+    return Path(spec.origin).parent / "lib"
 
 
 def chat_body(question: str, max_tokens: int, stream: bool) -> dict[str, Any]:
@@ -171,6 +179,27 @@ def tokenize_rps(base: str, path: str, field_name: str, requests_n: int = 200, c
     return requests_n / (time.perf_counter() - started)
 
 
+def health_p99_under_load(base: str, health: str, max_tokens: int, streams: int = 32) -> float:
+    """p99 latency (ms) of the health check while ``streams`` long streams run, one read slowly."""
+    def slow_stream() -> None:
+        with requests.post(base + "/v1/chat/completions", json=chat_body(QUESTIONS[0], max_tokens, True),
+                           stream=True, timeout=600) as response:
+            for _ in response.iter_lines():
+                time.sleep(0.2)
+
+    with ThreadPoolExecutor(streams) as pool:
+        running: list[Future[Any]] = [pool.submit(slow_stream)]
+        running += [pool.submit(stream_chat, base, QUESTIONS[i % 8], max_tokens) for i in range(1, streams)]
+        time.sleep(1.0)
+        latencies: list[float] = []
+        while not all(future.done() for future in running[1:]):
+            started = time.perf_counter()
+            requests.get(base + health, timeout=60)
+            latencies.append((time.perf_counter() - started) * 1000.0)
+            time.sleep(0.05)
+    return statistics.quantiles(latencies, n=100)[98] if len(latencies) > 1 else latencies[0]
+
+
 def best(rounds: int, measure: Callable[[], float], higher_is_better: bool) -> float:
     values = [measure() for _ in range(rounds)]
     return max(values) if higher_is_better else min(values)
@@ -192,6 +221,8 @@ def measure(server: Running, ours: bool, max_tokens: int, rounds: int) -> dict[s
         results["tokenize, requests/s (higher: better)"] = tokenize_rps(base, "/tokenize", "content")
     else:
         results["tokenize, requests/s (higher: better)"] = tokenize_rps(base, "/extras/tokenize", "input")
+    results["health p99 under 32 streams, ms (lower)"] = health_p99_under_load(
+        base, "/health" if ours else "/v1/models", max_tokens)
     results["peak memory, MiB (lower: better)"] = server.peak_rss / (1 << 20)
     return results
 
@@ -214,7 +245,9 @@ def main() -> None:
     theirs_cmd = [sys.executable, "-m", "llama_cpp.server", "--model", model, "--port", str(port),
                   "--host", "127.0.0.1", "--n_ctx", "2048", "--n_threads", str(args.threads),
                   "--n_threads_batch", str(args.threads), "--interrupt_requests", "False"]
-    with running(theirs_cmd, port, "/v1/models", {}) as server:
+    # With runtime CPU dispatch, llama-cpp-python's own Llama class finds ggml's backends only beside
+    # the executable or in the working directory: run it from the wheel's library directory.
+    with running(theirs_cmd, port, "/v1/models", {}, cwd=llama_lib_dir()) as server:
         theirs = measure(server, False, args.max_tokens, args.rounds)
 
     print(f"model {Path(model).name}; {args.max_tokens} tokens a request; {args.threads} threads; "

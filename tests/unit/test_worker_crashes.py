@@ -1,5 +1,5 @@
-"""What the master decides when its worker dies (app/worker_crashes.py), and the socket that holds a
-response's headers back until its body (app/gunicorn_server.py)."""
+"""What the master decides when its worker dies (app/worker_crashes.py); the worker's health fast
+path and the socket that holds a response's headers back until its body (app/gunicorn_server.py)."""
 
 from __future__ import annotations
 
@@ -113,3 +113,20 @@ def test_a_response_with_an_empty_body_is_flushed_at_the_end() -> None:
     held.flush()
     held.flush()
     assert raw.sent == [b"HTTP/1.1 204 No Content\r\n\r\n"]
+
+
+def test_the_request_target_is_read_without_consuming_the_request() -> None:
+    import socket
+
+    from app.gunicorn_server import request_target
+
+    ours, theirs = socket.socketpair()
+    with ours, theirs:
+        theirs.sendall(b"GET /health?probe=1 HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert request_target(ours) == b"/health"
+        assert ours.recv(100).startswith(b"GET /health?probe=1 HTTP/1.1")  # still there for the parser
+        theirs.sendall(b"POST /health HTTP/1.1\r\n")
+        assert request_target(ours) is None  # only GET and HEAD
+        ours.recv(100)
+        theirs.sendall(b"GET /hea")
+        assert request_target(ours) is None  # a request line not yet whole goes the usual way
