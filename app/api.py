@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from app.errors import InvalidRequestError, error_body, is_expected
+from app.errors import InvalidRequestError, error_body, error_headers, is_expected
 
 __all__ = [
     "ApiReply",
@@ -113,7 +113,7 @@ class ApiReply:
     @classmethod
     def error(cls, exc: BaseException) -> ApiReply:
         status, body = error_body(exc)
-        return cls(status=status, body=body)
+        return cls(status=status, body=body, headers=error_headers(exc))
 
 
 Handler = Callable[[ApiRequest], ApiReply]

@@ -8,6 +8,7 @@
     ├── PayloadTooLargeError    413 invalid_request_error
     ├── NotSupportedError       501 not_supported_error: a feature that is switched off
     └── UnavailableError        503 unavailable_error
+(a predict that finds the queue full is a 429 with Retry-After: ``QueueFullError``)
 
 Engine errors (``app.engine.errors``) are mapped by the same table. JSON responses, per-instance
 predict errors and SSE error events are all rendered by :func:`error_body`. The body is
@@ -69,6 +70,7 @@ ERROR_TABLE: dict[type[BaseException], tuple[int, str]] = {
     engine_errors.UnsupportedError: (501, "not_supported_error"),
     engine_errors.SlotBusyError: (503, "unavailable_error"),
     engine_errors.NotReadyError: (503, "unavailable_error"),
+    engine_errors.QueueFullError: (429, "unavailable_error"),
     engine_errors.OverloadedError: (503, "unavailable_error"),
     engine_errors.CancelledError: (500, "server_error"),
     engine_errors.DecodeError: (500, "server_error"),
@@ -99,6 +101,12 @@ def error_object(exc: BaseException) -> dict[str, Any]:
         error["n_prompt_tokens"] = exc.n_prompt_tokens
         error["n_ctx"] = exc.n_ctx
     return error
+
+
+def error_headers(exc: BaseException) -> dict[str, str]:
+    """Headers an error answer carries: ``Retry-After`` where the error says when to retry."""
+    retry_after = getattr(exc, "retry_after", None)
+    return {"Retry-After": str(retry_after)} if isinstance(retry_after, int) else {}
 
 
 def error_body(exc: BaseException) -> tuple[int, dict[str, Any]]:

@@ -106,7 +106,7 @@ def build_application(
     routes = bind_routes(context)
     if vertex is not None:
         pool = ThreadPoolExecutor(max_workers=PREDICT_WORKERS, thread_name_prefix="predict")
-        routes = vertex_routes(routes, vertex, pool, settings.predict_default_route)
+        routes = vertex_routes(routes, vertex, pool, settings.predict_default_route, engine.admitted_as_one)
     context.routes = routes
     draining = threading.Event()
     flask = create_app(routes, lambda: engine.is_ready, context.api_keys, settings.route_prefix,

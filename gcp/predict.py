@@ -7,6 +7,9 @@
   ``parameters`` is merged into every instance (the instance's own keys win), and integral floats
   become integers (Vertex carries JSON through protobuf ``Value``, whose only number is a double).
   An instance's failure becomes its own prediction (its error body); envelope failures are a 400.
+  The request is admitted as a unit (one place in the engine's queue): once admitted, every
+  instance waits for a slot and none is refused for load; a full queue refuses the whole request
+  (429 with Retry-After), never a mix of predictions and refusals.
 - ``:rawPredict``: any other JSON object goes to the default route (``--predict-default-route``)
   and is answered exactly as that route answers.
 - ``:streamRawPredict``: a raw body with ``stream: true``, or an envelope of exactly one instance
@@ -15,9 +18,11 @@
 
 from __future__ import annotations
 
+import contextvars
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
@@ -55,10 +60,17 @@ def integral_floats_to_ints(value: Any) -> Any:
     return value
 
 
+Admission = Callable[[], AbstractContextManager[None]]
+
+
 class PredictRoute:
-    def __init__(self, routes: Sequence[Route], pool: ThreadPoolExecutor, default_route: str) -> None:
+    def __init__(self, routes: Sequence[Route], pool: ThreadPoolExecutor, default_route: str,
+                 admit: Admission = nullcontext) -> None:
+        """``admit`` admits the instances of one request as a unit (the engine's queue place), or
+        raises the error that refuses the whole request; the instances run in copies of its context."""
         self.aliases = AliasTable(routes)
         self._pool = pool
+        self._admit = admit
         default = self.aliases.resolve(default_route)
         if default is None:
             raise ValueError(f"--predict-default-route {default_route!r} is not a route of this server")
@@ -84,8 +96,10 @@ class PredictRoute:
                 raise InvalidRequestError("streaming takes exactly one instance; "
                                           f"this request has {len(instances)} with stream: true")
             return self._stream_one(request, {**parameters, **instances[0]})
-        futures = [self._pool.submit(self._predict_one, request, instance, parameters) for instance in instances]
-        return ApiReply(body={"predictions": [future.result() for future in futures]})
+        with self._admit():
+            futures = [self._pool.submit(contextvars.copy_context().run, self._predict_one, request, instance,
+                                         parameters) for instance in instances]
+            return ApiReply(body={"predictions": [future.result() for future in futures]})
 
     def _resolve(self, instance: dict[str, Any]) -> tuple[Route | None, str | None]:
         request_format = instance.get("@requestFormat")
@@ -137,11 +151,12 @@ def vertex_routes(
     environment: VertexEnvironment,
     pool: ThreadPoolExecutor,
     default_route: str = "/v1/chat/completions",
+    admit: Admission = nullcontext,
 ) -> tuple[Route, ...]:
     """The table plus Vertex's routes: the predict route and, if ``AIP_HEALTH_ROUTE`` is set, a
     health alias. Both are built after the alias table, so neither is an alias target."""
     environment.check_routes(route.path for route in routes)
-    predict = PredictRoute(routes, pool, default_route)
+    predict = PredictRoute(routes, pool, default_route, admit)
     for collision in predict.aliases.collisions:
         log.info("alias collision: %s", collision.describe())
     for route in predict.aliases.shadowed:

@@ -16,13 +16,22 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import TimeoutError as FutureTimeout
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, replace
 from typing import TypeVar
 
 from app.engine.backend import Backend, ModelInfo, Vocabulary
-from app.engine.errors import ContextExceededError, EngineError, InvalidJobError, NotReadyError, OverloadedError
+from app.engine.errors import (
+    ContextExceededError,
+    EngineError,
+    InvalidJobError,
+    NotReadyError,
+    OverloadedError,
+    QueueFullError,
+)
 from app.engine.scheduler import Scheduler, SchedulerOptions
 from app.engine.slot_files import SlotFileResult, erase_slot, restore_slot, save_slot
 from app.engine.slots import ControlJob, EmbedJob, EventSink, Job, Slot
@@ -33,6 +42,8 @@ log = logging.getLogger(__name__)
 
 BackendFactory = Callable[[], Backend]
 T = TypeVar("T")
+# Set while a request admitted as one submits its jobs (Engine.admitted_as_one).
+_ADMITTED: ContextVar[bool] = ContextVar("admitted_as_one", default=False)
 
 
 class Signal(enum.Enum):
@@ -214,8 +225,30 @@ class Engine:
         self._inbox.put(job)
         return job
 
+    @contextmanager
+    def admitted_as_one(self) -> Iterator[None]:
+        """Admit a request of many jobs (a predict's instances) as ONE place in the queue, or refuse
+        it whole (QueueFullError). Jobs submitted in this context, and in copies of it made here
+        for other threads (``contextvars.copy_context``), are not counted or refused for load."""
+        n_slots = self._loaded().n_seq
+        with self._outstanding_lock:
+            if self._outstanding + 1 - n_slots > self._options.max_queue:
+                raise QueueFullError(
+                    f"the server is busy: {self._outstanding} requests are running or waiting "
+                    f"(at most {self._options.max_queue} may wait, --max-queue); retry this request")
+            self._outstanding += 1
+        token = _ADMITTED.set(True)
+        try:
+            yield
+        finally:
+            _ADMITTED.reset(token)
+            self._job_finished()
+
     def _admit_to_queue(self, family: list[Job], n_slots: int) -> None:
-        """Count the jobs in; refuse them when more than ``max_queue`` would wait for a slot."""
+        """Count the jobs in; refuse them when more than ``max_queue`` would wait for a slot (not
+        the jobs of a request admitted as one: it holds its place already)."""
+        if _ADMITTED.get():
+            return
         with self._outstanding_lock:
             waiting = self._outstanding + len(family) - n_slots
             if waiting > self._options.max_queue:

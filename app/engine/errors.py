@@ -4,6 +4,7 @@
     ├── ModelLoadError          the model could not be loaded
     ├── NotReadyError           the model is still loading
     ├── OverloadedError         the job queue is full
+    │   └── QueueFullError      ... for a request admitted as one (a predict): retry later
     ├── ContextExceededError    a prompt does not fit in one slot (n_prompt_tokens, n_ctx)
     ├── InvalidJobError         a job the engine cannot run (bad token ids, bad slot id, ...)
     ├── UnsupportedError        the model cannot do this (rank pooling without a classification head)
@@ -30,6 +31,14 @@ class NotReadyError(EngineError):
 
 class OverloadedError(EngineError):
     pass
+
+
+class QueueFullError(OverloadedError):
+    """A request of many jobs (a predict) found no place in the queue; retry after ``retry_after`` s."""
+
+    def __init__(self, message: str, retry_after: int = 1) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
 
 
 class ContextExceededError(EngineError):

@@ -517,3 +517,31 @@ def test_a_job_whose_sampler_cannot_be_made_fails_alone(backend: FakeBackend, en
     assert isinstance(error, EngineError) and "could not start" in str(error)
     assert isinstance(events_of(engine.submit(request("fine")))[-1], Completion)
     assert engine.is_ready
+
+
+def test_a_request_admitted_as_one_takes_one_place_and_none_of_its_jobs_is_refused() -> None:
+    import contextvars
+    from concurrent.futures import ThreadPoolExecutor
+
+    from app.engine import SamplingParams
+    from app.engine.errors import QueueFullError
+
+    backend = FakeBackend(n_seq=2, decode_seconds=0.01)
+    engine = start(backend, max_queue=1)
+    try:
+        with engine.admitted_as_one(), ThreadPoolExecutor(8) as pool:
+            # 8 jobs on 2 slots with a queue of 1: submitted one by one, 5 of them would be refused.
+            # Each runs in a copy of the context made here, as the predict fan-out does.
+            futures = [pool.submit(contextvars.copy_context().run, engine.submit, request(f"unit {n}"))
+                       for n in range(8)]
+            jobs = [future.result() for future in futures]
+            assert all(isinstance(events_of(job, 30)[-1], Completion) for job in jobs)
+        blockers = [engine.submit(request("a", n_predict=200, sampling=SamplingParams(ignore_eos=True)))
+                    for _ in range(3)]  # 2 running, 1 waiting: the queue is full
+        with pytest.raises(QueueFullError) as refused, engine.admitted_as_one():
+            pass
+        assert refused.value.retry_after == 1
+        for job in blockers:
+            job.cancel()
+    finally:
+        engine.stop()
