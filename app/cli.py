@@ -70,6 +70,12 @@ def prepare(argv: Sequence[str], environ: Mapping[str, str]) -> tuple[Settings, 
         log.error("%s", exc)
         sys.exit(1)
     source = settings.model or (vertex.storage_uri if vertex is not None else None)
+    if source is None and vertex is not None and vertex.on_platform:
+        log.error("no model: this is a Vertex AI deployment and AIP_STORAGE_URI is empty (the Model was uploaded "
+                  "without an artifact URI) and no --model / LLAMA_ARG_MODEL is set; upload the Model with "
+                  "--artifact-uri gs://BUCKET/DIR (python -m gcp upload --artifact-uri ...) or set LLAMA_ARG_MODEL. "
+                  "The embedded demo model is served only outside Vertex AI")
+        sys.exit(1)
     if is_gcs_uri(source):
         return settings, str(source), vertex, listen_port(settings, vertex)  # downloaded by the worker
     try:

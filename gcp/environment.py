@@ -10,12 +10,18 @@ class VertexEnvironmentError(ValueError):
     """An AIP_* variable cannot be used; the message names it."""
 
 
+# Set by Vertex AI itself on a deployment and not configurable; a local run with AIP_MODE sets none.
+PLATFORM_VARIABLES = ("AIP_DEPLOYED_MODEL_ID", "AIP_ENDPOINT_ID", "AIP_PROJECT_NUMBER", "AIP_MODE_VERSION",
+                      "AIP_FRAMEWORK")
+
+
 @dataclass(frozen=True)
 class VertexEnvironment:
     port: int
     predict_route: str
     health_route: str | None
     storage_uri: str | None
+    on_platform: bool = False  # deployed by Vertex AI (not a local run with AIP_MODE set)
 
     def check_routes(self, existing_paths: Iterable[str]) -> None:
         """A predict route that is already an API route would hide it: refuse to start."""
@@ -47,4 +53,5 @@ def read_vertex_environment(environ: Mapping[str, str]) -> VertexEnvironment | N
         predict_route=_route(environ.get("AIP_PREDICT_ROUTE") or "/predict"),
         health_route=_route(health) if health else None,
         storage_uri=environ.get("AIP_STORAGE_URI") or None,
+        on_platform=any(environ.get(name) for name in PLATFORM_VARIABLES),
     )

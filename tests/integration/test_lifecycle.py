@@ -132,3 +132,19 @@ def test_after_sigterm_requests_not_yet_started_get_503_and_running_ones_finish(
     assert all(body["error"]["message"] == "the server is shutting down" for body in refused)  # type: ignore[index]
     finished = [body for status, body in results.values() if status == 200]
     assert all(body["tokens_predicted"] == 250 for body in finished)  # type: ignore[index]
+
+
+def test_a_vertex_deployment_without_a_model_stops_instead_of_serving_the_demo_model() -> None:
+    deployed = {"AIP_MODE": "PREDICTION", "AIP_STORAGE_URI": "", "AIP_DEPLOYED_MODEL_ID": "123",
+                "AIP_ENDPOINT_ID": "456", "AIP_HTTP_PORT": "8080"}  # it exits before binding
+    result = run_app([], deployed)
+    assert result.returncode == 1
+    assert "no model" in result.stderr and "--artifact-uri" in result.stderr and "LLAMA_ARG_MODEL" in result.stderr
+
+
+def test_a_local_run_in_vertex_mode_still_serves_the_embedded_model(tmp_path: Path) -> None:
+    server = start(tmp_path, [], {"AIP_MODE": "PREDICTION", "AIP_STORAGE_URI": ""})
+    try:
+        assert requests.get(server.url("/v1/models"), timeout=10).json()["data"][0]["id"].startswith("SmolLM2")
+    finally:
+        assert server.stop() == 0
