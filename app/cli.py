@@ -69,6 +69,8 @@ def prepare(argv: Sequence[str], environ: Mapping[str, str]) -> tuple[Settings, 
     except VertexEnvironmentError as exc:
         log.error("%s", exc)
         sys.exit(1)
+    if vertex is not None and not settings.metrics:
+        settings = dataclasses.replace(settings, metrics=True)  # Vertex AI's scraper and autoscaling read them
     source = settings.model or (vertex.storage_uri if vertex is not None else None)
     if source is None and vertex is not None and vertex.on_platform:
         log.error("no model: this is a Vertex AI deployment and AIP_STORAGE_URI is empty (the Model was uploaded "

@@ -1,21 +1,86 @@
-"""GET /metrics: llama-server's ``llamacpp:`` metrics, rendered by prometheus-client.
+"""GET /metrics: one declaration of every metric (``METRICS``), rendered by prometheus-client.
 
-A custom collector reads the engine's counters at scrape time, so nothing is updated on the hot
-path. ``llamacpp:n_sequences_per_decode_max`` is this server's addition: the most sequences one
-``llama_decode`` has carried, which shows that concurrent requests share decode steps.
+The ``llamacpp:`` metrics are llama-server's; ``llamacpp:n_sequences_per_decode_max`` is this
+server's addition (the most sequences one ``llama_decode`` has carried). The ``vllm:`` metrics
+carry vLLM's names and meanings, so Vertex AI's AutoMetrics and its autoscaling targets on
+``vertex_vllm_num_requests_waiting`` / ``vertex_vllm_gpu_cache_usage_perc`` work unchanged. A
+collector reads the engine's counters at scrape time: nothing is updated on the hot path.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Literal
 
 from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from app.engine import EngineStats
+from app.engine.stats import Histogram
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+@dataclass(frozen=True)
+class MetricSpec:
+    name: str
+    kind: Literal["counter", "gauge", "histogram"]
+    help: str
+    read: Callable[[EngineStats], float | Histogram]
+
+
+METRICS: tuple[MetricSpec, ...] = (
+    MetricSpec("llamacpp:prompt_tokens_total", "counter", "Number of prompt tokens processed.",
+               lambda s: s.prompt_tokens_total),
+    MetricSpec("llamacpp:prompt_seconds_total", "counter", "Prompt process time", lambda s: s.prompt_seconds_total),
+    MetricSpec("llamacpp:tokens_predicted_total", "counter", "Number of generation tokens processed.",
+               lambda s: s.tokens_predicted_total),
+    MetricSpec("llamacpp:tokens_predicted_seconds_total", "counter", "Predict process time",
+               lambda s: s.tokens_predicted_seconds_total),
+    MetricSpec("llamacpp:n_decode_total", "counter", "Total number of llama_decode() calls",
+               lambda s: s.n_decode_total),
+    MetricSpec("llamacpp:n_tokens_max", "gauge", "Largest observed n_tokens.", lambda s: s.n_tokens_max),
+    MetricSpec("llamacpp:prompt_tokens_seconds", "gauge", "Average prompt throughput in tokens/s.",
+               lambda s: s.prompt_tokens_per_second),
+    MetricSpec("llamacpp:predicted_tokens_seconds", "gauge", "Average generation throughput in tokens/s.",
+               lambda s: s.predicted_tokens_per_second),
+    MetricSpec("llamacpp:requests_processing", "gauge", "Number of requests processing.",
+               lambda s: s.requests_processing),
+    MetricSpec("llamacpp:requests_deferred", "gauge", "Number of requests deferred.", lambda s: s.requests_deferred),
+    MetricSpec("llamacpp:n_busy_slots_per_decode", "gauge", "Average number of busy slots per llama_decode() call",
+               lambda s: s.busy_slots_per_decode),
+    MetricSpec("llamacpp:n_sequences_per_decode_max", "gauge",
+               "Most sequences decoded together in one llama_decode() call", lambda s: s.max_sequences_per_decode),
+    MetricSpec("vllm:num_requests_running", "gauge", "Number of requests in model execution batches.",
+               lambda s: s.requests_processing),
+    MetricSpec("vllm:num_requests_waiting", "gauge", "Number of requests waiting to be processed.",
+               lambda s: s.requests_deferred),
+    MetricSpec("vllm:gpu_cache_usage_perc", "gauge",
+               "KV-cache usage. 1 means 100 percent usage (the cells of the working slots, on CPU or GPU).",
+               lambda s: s.kv_usage),
+    MetricSpec("vllm:prompt_tokens_total", "counter", "Number of prefill tokens processed.",
+               lambda s: s.prompt_tokens_total),
+    MetricSpec("vllm:generation_tokens_total", "counter", "Number of generation tokens processed.",
+               lambda s: s.tokens_predicted_total),
+    MetricSpec("vllm:time_to_first_token_seconds", "histogram",
+               "Histogram of time to first token in seconds (from the request's slot).",
+               lambda s: s.time_to_first_token),
+    MetricSpec("vllm:time_per_output_token_seconds", "histogram", "Histogram of time per output token in seconds.",
+               lambda s: s.time_per_output_token),
+)
+
+
+def family(spec: MetricSpec, stats: EngineStats) -> Metric:
+    value = spec.read(stats)
+    if spec.kind == "histogram":
+        assert isinstance(value, Histogram)
+        return HistogramMetricFamily(spec.name, spec.help, buckets=value.cumulative(), sum_value=value.total)
+    assert not isinstance(value, Histogram)
+    if spec.kind == "counter":
+        return CounterMetricFamily(spec.name, spec.help, value=value)
+    return GaugeMetricFamily(spec.name, spec.help, value=value)
 
 
 class EngineCollector(Collector):
@@ -24,29 +89,8 @@ class EngineCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         stats = self._read_stats()
-        counters = (
-            ("prompt_tokens_total", "Number of prompt tokens processed.", stats.prompt_tokens_total),
-            ("prompt_seconds_total", "Prompt process time", stats.prompt_seconds_total),
-            ("tokens_predicted_total", "Number of generation tokens processed.", stats.tokens_predicted_total),
-            ("tokens_predicted_seconds_total", "Predict process time", stats.tokens_predicted_seconds_total),
-            ("n_decode_total", "Total number of llama_decode() calls", stats.n_decode_total),
-        )
-        for name, help_text, value in counters:
-            yield CounterMetricFamily(f"llamacpp:{name}", help_text, value=value)
-        gauges = (
-            ("n_tokens_max", "Largest observed n_tokens.", stats.n_tokens_max),
-            ("prompt_tokens_seconds", "Average prompt throughput in tokens/s.", stats.prompt_tokens_per_second),
-            ("predicted_tokens_seconds", "Average generation throughput in tokens/s.",
-             stats.predicted_tokens_per_second),
-            ("requests_processing", "Number of requests processing.", stats.requests_processing),
-            ("requests_deferred", "Number of requests deferred.", stats.requests_deferred),
-            ("n_busy_slots_per_decode", "Average number of busy slots per llama_decode() call",
-             stats.busy_slots_per_decode),
-            ("n_sequences_per_decode_max", "Most sequences decoded together in one llama_decode() call",
-             stats.max_sequences_per_decode),
-        )
-        for name, help_text, value in gauges:
-            yield GaugeMetricFamily(f"llamacpp:{name}", help_text, value=value)
+        for spec in METRICS:
+            yield family(spec, stats)
 
 
 class MetricsExporter:

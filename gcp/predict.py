@@ -23,6 +23,7 @@ import logging
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager, nullcontext
+from dataclasses import replace
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
@@ -34,6 +35,7 @@ from gcp.environment import VertexEnvironment
 log = logging.getLogger(__name__)
 
 MAX_INSTANCES = 128
+METRICS_PATH = "/metrics"
 SHAPE_ROUTES = (("messages", "/v1/chat/completions"), ("prompt", "/v1/completions"))
 
 
@@ -156,6 +158,8 @@ def vertex_routes(
     """The table plus Vertex's routes: the predict route and, if ``AIP_HEALTH_ROUTE`` is set, a
     health alias. Both are built after the alias table, so neither is an alias target."""
     environment.check_routes(route.path for route in routes)
+    # Vertex AI's metrics scraper sends no API key.
+    routes = tuple(replace(route, public=True) if route.path == METRICS_PATH else route for route in routes)
     predict = PredictRoute(routes, pool, default_route, admit)
     for collision in predict.aliases.collisions:
         log.info("alias collision: %s", collision.describe())

@@ -45,7 +45,9 @@ class Scheduler:
         return any(slot.busy for slot in self.slots)
 
     def report_load(self) -> None:
-        self.stats.on_load(sum(slot.busy for slot in self.slots), len(self.pending))
+        busy = [slot for slot in self.slots if slot.busy]
+        self.stats.on_load(len(busy), len(self.pending), sum(len(slot.cached) for slot in busy),
+                           self.backend.n_seq * self.backend.n_ctx_seq)
 
     # ---- work besides generation ----------------------------------------------------------
 

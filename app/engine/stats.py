@@ -5,6 +5,35 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, replace
 
+# vLLM's buckets, so dashboards and autoscaling built for it read these unchanged.
+TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
+                20.0, 40.0, 80.0)
+TPOT_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0)
+
+
+@dataclass(frozen=True)
+class Histogram:
+    """Observations counted per bucket (``counts[i]``: values up to ``bounds[i]``, the last one
+    beyond every bound), with their sum."""
+
+    bounds: tuple[float, ...]
+    counts: tuple[int, ...] = ()
+    total: float = 0.0
+
+    def observe(self, value: float) -> Histogram:
+        counts = list(self.counts or (0,) * (len(self.bounds) + 1))
+        counts[next((i for i, bound in enumerate(self.bounds) if value <= bound), len(self.bounds))] += 1
+        return replace(self, counts=tuple(counts), total=self.total + value)
+
+    def cumulative(self) -> list[tuple[str, int]]:
+        """Prometheus' buckets: (upper bound, observations up to it), ``+Inf`` last."""
+        counts = self.counts or (0,) * (len(self.bounds) + 1)
+        running, buckets = 0, []
+        for bound, count in zip([*map(str, self.bounds), "+Inf"], counts, strict=True):
+            running += count
+            buckets.append((bound, running))
+        return buckets
+
 
 @dataclass(frozen=True)
 class EngineStats:
@@ -19,6 +48,15 @@ class EngineStats:
     requests_processing: int = 0
     requests_deferred: int = 0
     sleeping: bool = False
+    kv_cells_used: int = 0  # cells held by the slots that are working
+    kv_cells_total: int = 0
+    time_to_first_token: Histogram = Histogram(TTFT_BUCKETS)
+    time_per_output_token: Histogram = Histogram(TPOT_BUCKETS)
+
+    @property
+    def kv_usage(self) -> float:
+        """The share of KV cells in use, 0 to 1 (vLLM's gpu_cache_usage_perc)."""
+        return self.kv_cells_used / self.kv_cells_total if self.kv_cells_total else 0.0
 
     @property
     def busy_slots_per_decode(self) -> float:
@@ -60,27 +98,34 @@ class StatsRecorder:
             )
 
     def on_prompt_done(self, n_tokens: int, seconds: float) -> None:
+        """A prompt is decoded, ``seconds`` after its job got a slot: its first token is next."""
         with self._lock:
             stats = self._stats
             self._stats = replace(
                 stats,
                 prompt_tokens_total=stats.prompt_tokens_total + n_tokens,
                 prompt_seconds_total=stats.prompt_seconds_total + seconds,
+                time_to_first_token=stats.time_to_first_token.observe(seconds),
             )
 
     def on_generation_done(self, n_tokens: int, seconds: float) -> None:
         with self._lock:
             stats = self._stats
+            per_token = stats.time_per_output_token
+            if n_tokens > 1:
+                per_token = per_token.observe(seconds / (n_tokens - 1))
             self._stats = replace(
                 stats,
                 tokens_predicted_total=stats.tokens_predicted_total + n_tokens,
                 tokens_predicted_seconds_total=stats.tokens_predicted_seconds_total + seconds,
+                time_per_output_token=per_token,
             )
 
     def on_sleep(self, sleeping: bool) -> None:
         with self._lock:
             self._stats = replace(self._stats, sleeping=sleeping, requests_processing=0)
 
-    def on_load(self, processing: int, deferred: int) -> None:
+    def on_load(self, processing: int, deferred: int, kv_used: int = 0, kv_total: int = 0) -> None:
         with self._lock:
-            self._stats = replace(self._stats, requests_processing=processing, requests_deferred=deferred)
+            self._stats = replace(self._stats, requests_processing=processing, requests_deferred=deferred,
+                                  kv_cells_used=kv_used, kv_cells_total=kv_total)

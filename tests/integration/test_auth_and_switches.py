@@ -78,3 +78,16 @@ def test_switched_off_endpoints_are_501(keyed_server: Server) -> None:
     assert metrics.status_code == 501 and "--metrics" in metrics.json()["error"]["message"]
     props = requests.post(keyed_server.url("/props"), json={}, headers=headers, timeout=10)
     assert props.status_code == 501 and "--props" in props.json()["error"]["message"]
+
+
+def test_on_vertex_metrics_are_on_and_need_no_key(tmp_path: Path) -> None:
+    """Vertex AI's scraper sends no API key, and AutoMetrics reads the vllm: names."""
+    server = start(tmp_path, ["-np", "1", "-c", "1024", "--api-key", "k-9d1"],
+                   {"AIP_MODE": "PREDICTION", "AIP_HEALTH_ROUTE": "/health"})
+    try:
+        metrics = requests.get(server.url("/metrics"), timeout=10)
+        assert metrics.status_code == 200
+        assert "vllm:num_requests_waiting" in metrics.text and "llamacpp:prompt_tokens_total" in metrics.text
+        assert requests.get(server.url("/props"), timeout=10).status_code == 401  # the rest still needs the key
+    finally:
+        server.stop()
