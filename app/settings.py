@@ -131,6 +131,13 @@ class Settings:
     predict_default_route: str = option(("--predict-default-route",), "str", "/v1/chat/completions",
         "on Vertex AI, the route that answers a predict body that is not an instances envelope "
         "(:rawPredict, :streamRawPredict)", env="LLAMA_ARG_PREDICT_DEFAULT_ROUTE", metavar="PATH")
+    predict_deadline: float = option(("--predict-deadline",), "float", 0.0,
+        "end every generation this many seconds after it was submitted, returning what it has "
+        "(finish_reason length): set it below the endpoint's time limit (0: no deadline)",
+        env="LLAMA_ARG_PREDICT_DEADLINE", minimum=0, metavar="SECONDS")
+    max_response_bytes: int = option(("--max-response-bytes",), "int", 0,
+        "largest /predict answer (an error naming the limit above it): a shared Vertex AI endpoint takes "
+        "1.5 MB (0: no limit)", env="LLAMA_ARG_MAX_RESPONSE_BYTES", minimum=0, metavar="BYTES")
     max_body_bytes: int = option(("--max-body-bytes",), "int", 10 * 1024 * 1024,
         "largest request body accepted (413 above it); the default matches a dedicated Vertex AI endpoint",
         env="LLAMA_ARG_MAX_BODY_BYTES", minimum=1)

@@ -98,6 +98,7 @@ def build_application(
             embed_n_ctx=settings.ubatch_size,
             lora_scales=tuple(scale for _, scale in settings.lora_adapters),
             max_queue=settings.max_queue,
+            deadline_seconds=settings.predict_deadline,
         ),
         on_ready=ready,
         on_load_failure=on_load_failure,
@@ -106,7 +107,8 @@ def build_application(
     routes = bind_routes(context)
     if vertex is not None:
         pool = ThreadPoolExecutor(max_workers=PREDICT_WORKERS, thread_name_prefix="predict")
-        routes = vertex_routes(routes, vertex, pool, settings.predict_default_route, engine.admitted_as_one)
+        routes = vertex_routes(routes, vertex, pool, settings.predict_default_route, engine.admitted_as_one,
+                               settings.max_response_bytes)
     context.routes = routes
     draining = threading.Event()
     flask = create_app(routes, lambda: engine.is_ready, context.api_keys, settings.route_prefix,

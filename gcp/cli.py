@@ -67,6 +67,12 @@ def build_parser() -> argparse.ArgumentParser:
                         help="container environment, e.g. LLAMA_ARG_CTX_SIZE=8192 (repeatable)")
     for dest, (flag, env) in SETTING_FLAGS.items():
         upload.add_argument(flag, dest=dest, help=f"sets {env}")
+    upload.add_argument("--endpoint-kind", choices=("shared", "dedicated"),
+                        help="the endpoint the model is meant for: sets the generation deadline and the largest "
+                             "predict answer to its limits (shared: 55 s, 1.5 MB; dedicated: --inference-timeout "
+                             "less 5 s, 10 MB); --env wins")
+    upload.add_argument("--inference-timeout", type=int, default=600,
+                        help="the dedicated endpoint's inference timeout in seconds (with --endpoint-kind dedicated)")
     upload.add_argument("--shared-memory-mb", type=int, default=1024)
     upload.add_argument("--deployment-timeout", type=int, default=3600, help="seconds (at most 7200)")
     upload.add_argument("--invoke", action="store_true",
@@ -121,7 +127,8 @@ def _dry(method: str, request: Any) -> None:
 
 
 def _upload(args: argparse.Namespace, target: deploy.Target) -> None:
-    env = dict(args.env)
+    limits = deploy.endpoint_limits(args.endpoint_kind, args.inference_timeout) if args.endpoint_kind else {}
+    env = {**limits, **dict(args.env)}
     for dest, (_, name) in SETTING_FLAGS.items():
         value = getattr(args, dest)
         if value is not None:

@@ -70,6 +70,25 @@ class UploadSpec:
     invoke: bool = False  # invokeRoutePrefix "/*": every container path under .../invoke/ (no :predict)
 
 
+# Vertex AI's limits per endpoint kind, which the container cannot tell from its environment.
+SHARED_RESPONSE_BYTES = 1_572_864  # a shared endpoint refuses a larger response
+SHARED_DEADLINE_S = 55  # a shared endpoint cuts a request at 60 s
+DEDICATED_RESPONSE_BYTES = 10 * 1024 * 1024
+DEADLINE_MARGIN_S = 5
+
+
+def endpoint_limits(kind: str, inference_timeout_s: int = 600) -> dict[str, str]:
+    """The container settings that keep its answers within the endpoint's limits: a generation
+    deadline under the endpoint's time limit, and the largest predict answer."""
+    if kind == "shared":
+        return {"LLAMA_ARG_PREDICT_DEADLINE": str(SHARED_DEADLINE_S),
+                "LLAMA_ARG_MAX_RESPONSE_BYTES": str(SHARED_RESPONSE_BYTES)}
+    if kind == "dedicated":
+        return {"LLAMA_ARG_PREDICT_DEADLINE": str(max(1, inference_timeout_s - DEADLINE_MARGIN_S)),
+                "LLAMA_ARG_MAX_RESPONSE_BYTES": str(DEDICATED_RESPONSE_BYTES)}
+    raise ValueError(f"unknown endpoint kind {kind!r}: shared or dedicated")
+
+
 def upload_request(target: Target, spec: UploadSpec) -> v1.UploadModelRequest:
     container = v1.ModelContainerSpec(
         image_uri=spec.image_uri,

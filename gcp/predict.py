@@ -19,6 +19,7 @@
 from __future__ import annotations
 
 import contextvars
+import json
 import logging
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -67,12 +68,13 @@ Admission = Callable[[], AbstractContextManager[None]]
 
 class PredictRoute:
     def __init__(self, routes: Sequence[Route], pool: ThreadPoolExecutor, default_route: str,
-                 admit: Admission = nullcontext) -> None:
+                 admit: Admission = nullcontext, max_response_bytes: int = 0) -> None:
         """``admit`` admits the instances of one request as a unit (the engine's queue place), or
         raises the error that refuses the whole request; the instances run in copies of its context."""
         self.aliases = AliasTable(routes)
         self._pool = pool
         self._admit = admit
+        self._max_response_bytes = max_response_bytes
         default = self.aliases.resolve(default_route)
         if default is None:
             raise ValueError(f"--predict-default-route {default_route!r} is not a route of this server")
@@ -101,7 +103,20 @@ class PredictRoute:
         with self._admit():
             futures = [self._pool.submit(contextvars.copy_context().run, self._predict_one, request, instance,
                                          parameters) for instance in instances]
-            return ApiReply(body={"predictions": [future.result() for future in futures]})
+            return self._within_limit(ApiReply(body={"predictions": [future.result() for future in futures]}))
+
+    def _within_limit(self, reply: ApiReply) -> ApiReply:
+        """A predict answer over --max-response-bytes is an error that says so, not a body that the
+        endpoint would refuse with a message that never mentions this container."""
+        if not self._max_response_bytes:
+            return reply
+        size = len(json.dumps(reply.body, ensure_ascii=False, separators=(",", ":")).encode())
+        if size <= self._max_response_bytes:
+            return reply
+        raise InvalidRequestError(
+            f"the predictions take {size} bytes, over --max-response-bytes {self._max_response_bytes} (a shared "
+            "Vertex AI endpoint answers at most 1.5 MB): send fewer instances a request, or deploy to a "
+            "dedicated endpoint")
 
     def _resolve(self, instance: dict[str, Any]) -> tuple[Route | None, str | None]:
         request_format = instance.get("@requestFormat")
@@ -154,13 +169,14 @@ def vertex_routes(
     pool: ThreadPoolExecutor,
     default_route: str = "/v1/chat/completions",
     admit: Admission = nullcontext,
+    max_response_bytes: int = 0,
 ) -> tuple[Route, ...]:
     """The table plus Vertex's routes: the predict route and, if ``AIP_HEALTH_ROUTE`` is set, a
     health alias. Both are built after the alias table, so neither is an alias target."""
     environment.check_routes(route.path for route in routes)
     # Vertex AI's metrics scraper sends no API key.
     routes = tuple(replace(route, public=True) if route.path == METRICS_PATH else route for route in routes)
-    predict = PredictRoute(routes, pool, default_route, admit)
+    predict = PredictRoute(routes, pool, default_route, admit, max_response_bytes)
     for collision in predict.aliases.collisions:
         log.info("alias collision: %s", collision.describe())
     for route in predict.aliases.shadowed:

@@ -65,6 +65,7 @@ class EngineOptions:
     embed_n_ctx: int = 512
     lora_scales: tuple[float, ...] = ()  # the starting global scale of each --lora adapter
     max_queue: int = 64  # jobs that may wait for a slot; more are refused with OverloadedError
+    deadline_seconds: float = 0.0  # every job ends this long after its submission (0: never)
 
 
 @dataclass(frozen=True)
@@ -211,6 +212,8 @@ class Engine:
                 raise InvalidJobError(f"Failed to initialize samplers: {problem}")
         if request.lora is None:
             request = replace(request, lora=self._lora_scales)
+        if self._options.deadline_seconds > 0 and request.deadline is None:
+            request = replace(request, deadline=time.monotonic() + self._options.deadline_seconds)
         if self._options.n_predict_cap >= 0 and (
             request.n_predict < 0 or request.n_predict > self._options.n_predict_cap
         ):

@@ -260,11 +260,15 @@ class Scheduler:
         if len(slot.cached) + 1 >= self.backend.n_ctx_seq:
             self._finish(slot, FinishReason.LIMIT, None, truncated=True)
             return
+        if request.deadline is not None and slot.t_last >= request.deadline:
+            self._finish(slot, FinishReason.LIMIT, None, deadline=True)
+            return
         chunk = slot.generation.chunk(slot.id)
         if chunk is not None:
             slot.job.emit(chunk)
 
-    def _finish(self, slot: Slot, reason: FinishReason, stop_word: str | None, truncated: bool = False) -> None:
+    def _finish(self, slot: Slot, reason: FinishReason, stop_word: str | None, truncated: bool = False,
+                deadline: bool = False) -> None:
         assert slot.job is not None and slot.generation is not None
         generation = slot.generation
         chunk = generation.chunk(slot.id, final=True)
@@ -292,6 +296,7 @@ class Scheduler:
                 predicted_ms=predicted_ms,
             ),
             probs=tuple(generation.probs),
+            deadline_exceeded=deadline,
         )
         slot.release()  # before the answer goes out, so /slots never shows a finished job as running
         job.emit(completion)

@@ -70,6 +70,7 @@ class GenerationRequest:
     n_indent: int = 0
     t_max_predict_ms: int = -1
     lora: tuple[float, ...] | None = None  # adapter scales; None: the global scales at submit time
+    deadline: float | None = None  # time.monotonic() by which it ends, whatever it has generated
 
 
 @dataclass(frozen=True)
@@ -122,6 +123,7 @@ class Completion:
     id_slot: int
     timings: Timings
     probs: tuple[TokenProbs, ...] = ()
+    deadline_exceeded: bool = False  # ended by its deadline (finish LIMIT), with what it had
 
 
 JobEvent = TokenChunk | Completion

@@ -142,6 +142,7 @@ def native_final(
         "prompt": prompt_text,
         "has_new_line": "\n" in result.text,
         "truncated": result.truncated,
+        "deadline_exceeded": result.deadline_exceeded,
         "stop_type": result.finish.value,
         "stopping_word": result.stopping_word,
         "tokens_cached": result.n_cached_after,

@@ -180,3 +180,23 @@ def test_an_invoke_model_has_no_predict_route(standin: RunningStandIn, capsys: p
     spec = standin.standin.calls[-1].body["model"]["containerSpec"]
     assert spec["invokeRoutePrefix"] == "/*"
     assert "predictRoute" not in spec and spec["healthRoute"] == "/health"
+
+
+@pytest.mark.parametrize(("kind", "extra", "deadline", "size"), [
+    ("shared", [], "55", "1572864"),
+    ("dedicated", ["--inference-timeout", "900"], "895", "10485760"),
+])
+def test_upload_sets_the_limits_of_the_endpoint_kind(
+    capsys: pytest.CaptureFixture[str], kind: str, extra: list[str], deadline: str, size: str
+) -> None:
+    main(["upload", *PROJECT, "--image", "img", "--endpoint-kind", kind, *extra, "--dry-run"])
+    printed = json.loads(_json_blocks(capsys.readouterr().out)[0])
+    env = {item["name"]: item["value"] for item in printed["request"]["model"]["containerSpec"]["env"]}
+    assert env["LLAMA_ARG_PREDICT_DEADLINE"] == deadline and env["LLAMA_ARG_MAX_RESPONSE_BYTES"] == size
+    names = {option.env for option in OPTIONS}
+    assert {"LLAMA_ARG_PREDICT_DEADLINE", "LLAMA_ARG_MAX_RESPONSE_BYTES"} <= names  # the container reads them
+    main(["upload", *PROJECT, "--image", "img", "--endpoint-kind", kind, "--env", "LLAMA_ARG_PREDICT_DEADLINE=30",
+          "--dry-run"])
+    printed = json.loads(_json_blocks(capsys.readouterr().out)[0])
+    env = {item["name"]: item["value"] for item in printed["request"]["model"]["containerSpec"]["env"]}
+    assert env["LLAMA_ARG_PREDICT_DEADLINE"] == "30"  # --env wins

@@ -545,3 +545,17 @@ def test_a_request_admitted_as_one_takes_one_place_and_none_of_its_jobs_is_refus
             job.cancel()
     finally:
         engine.stop()
+
+
+def test_a_job_past_its_deadline_ends_with_what_it_has() -> None:
+    backend = FakeBackend(reply_for=lambda prompt: "x" * 200, decode_seconds=0.01)
+    engine = start(backend, deadline_seconds=0.2)
+    try:
+        final = events_of(engine.submit(request("long")), timeout=20)[-1]
+        assert isinstance(final, Completion)
+        assert final.finish is FinishReason.LIMIT and final.deadline_exceeded
+        assert 0 < len(final.tokens) < 200 and final.text == "x" * len(final.tokens)
+        quick = events_of(engine.submit(request("short", n_predict=3)), timeout=20)[-1]
+        assert isinstance(quick, Completion) and not quick.deadline_exceeded
+    finally:
+        engine.stop()

@@ -230,3 +230,15 @@ def test_the_health_route_alias(pool: ThreadPoolExecutor) -> None:
     predict = next(route for route in routes if route.path == "/predict")
     reply = call(predict, {"instances": [{"@requestFormat": "ping"}, {"@requestFormat": "predict"}]})
     assert all("no handler" in p["error"]["message"] for p in reply.body["predictions"])
+
+
+def test_a_predict_answer_over_the_response_limit_is_an_error_naming_it(pool: ThreadPoolExecutor) -> None:
+    env = VertexEnvironment(port=8080, predict_route="/predict", health_route=None, storage_uri=None)
+    routes = [fake_route("POST", "/tokenize", "tokenize"), fake_route("POST", "/v1/chat/completions", "chat")]
+    limited = next(r for r in vertex_routes(routes, env, pool, max_response_bytes=300) if r.path == "/predict")
+    small = call(limited, {"instances": [{"@requestFormat": "tokenize", "content": "a"}]})
+    assert small.status == 200
+    big = call(limited, {"instances": [{"@requestFormat": "tokenize", "content": "x" * 100}] * 4})
+    assert big.status == 400
+    message = big.body["error"]["message"]
+    assert "--max-response-bytes 300" in message and "dedicated endpoint" in message and "fewer instances" in message
