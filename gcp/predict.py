@@ -1,9 +1,9 @@
 """The Vertex AI predict route, for every way Vertex clients call a container.
 
 - ``:predict``: ``{"instances": [...], "parameters": {...}}`` in, ``{"predictions": [...]}`` out.
-  Each instance names a route of the table by ``@requestFormat`` (or is routed by its shape:
-  ``messages`` -> chat completions, ``prompt`` -> OpenAI completions) and runs concurrently on a
-  thread pool, so all instances reach the engine together and are decoded in the same batches.
+  Each instance names a route of the table by ``@requestFormat`` (or is routed by its shape, as
+  other Vertex containers take it: gcp/shapes.py) and runs concurrently on a thread pool, so all
+  instances reach the engine together and are decoded in the same batches.
   ``parameters`` is merged into every instance (the instance's own keys win), and integral floats
   become integers (Vertex carries JSON through protobuf ``Value``, whose only number is a double).
   An instance's failure becomes its own prediction (its error body); envelope failures are a 400.
@@ -32,12 +32,12 @@ from pydantic import BaseModel, ConfigDict
 from app.api import ApiReply, ApiRequest, InvalidRequestError, Route, guard
 from gcp.aliases import AliasTable
 from gcp.environment import VertexEnvironment
+from gcp.shapes import Shape, shape_of
 
 log = logging.getLogger(__name__)
 
 MAX_INSTANCES = 128
 METRICS_PATH = "/metrics"
-SHAPE_ROUTES = (("messages", "/v1/chat/completions"), ("prompt", "/v1/completions"))
 
 
 class PredictBody(BaseModel):
@@ -118,38 +118,43 @@ class PredictRoute:
             "Vertex AI endpoint answers at most 1.5 MB): send fewer instances a request, or deploy to a "
             "dedicated endpoint")
 
-    def _resolve(self, instance: dict[str, Any]) -> tuple[Route | None, str | None]:
+    def _resolve(self, instance: dict[str, Any]) -> tuple[Route | None, Shape | None, str | None]:
+        """The route that answers the instance, the shape it came in (None: ``@requestFormat``), or
+        why there is none."""
         request_format = instance.get("@requestFormat")
         if request_format is None:
-            for key, path in SHAPE_ROUTES:
-                if key in instance:
-                    return self.aliases.resolve(path), None
-            return None, "each instance must include a string @requestFormat"
+            shape = shape_of(instance)
+            if shape is not None:
+                return self.aliases.resolve(shape.path), shape, None
+            return None, None, "each instance must include a string @requestFormat"
         if not isinstance(request_format, str):
-            return None, "each instance must include a string @requestFormat"
+            return None, None, "each instance must include a string @requestFormat"
         route = self.aliases.resolve(request_format)
         if route is None:
-            return None, f"no handler registered for @requestFormat: {request_format}"
-        return route, None
+            return None, None, f"no handler registered for @requestFormat: {request_format}"
+        return route, None, None
 
-    def _payload(self, instance: dict[str, Any]) -> dict[str, Any]:
+    def _payload(self, instance: dict[str, Any], shape: Shape | None) -> dict[str, Any]:
         payload = {key: value for key, value in instance.items() if key != "@requestFormat"}
-        return integral_floats_to_ints(payload)  # type: ignore[no-any-return]
+        payload = integral_floats_to_ints(payload)
+        return shape.request(payload) if shape is not None else payload
 
     def _stream_one(self, request: ApiRequest, instance: dict[str, Any]) -> ApiReply:
-        route, problem = self._resolve(instance)
+        route, shape, problem = self._resolve(instance)
         if route is None:
             raise InvalidRequestError(problem or "no route")
-        return route.handler(request.with_json(self._payload(instance), path=route.path))
+        if shape is not None and shape.key != "messages":
+            raise InvalidRequestError(f"streaming takes an instance with @requestFormat or messages, not {shape.key}")
+        return route.handler(request.with_json(self._payload(instance, shape), path=route.path))
 
     def _predict_one(self, request: ApiRequest, instance: Any, parameters: dict[str, Any]) -> Any:
         if not isinstance(instance, dict):
             return _instance_error("each instance must be a JSON object")
         instance = {**parameters, **instance}
-        route, problem = self._resolve(instance)
+        route, shape, problem = self._resolve(instance)
         if route is None:
             return _instance_error(problem or "no route")
-        payload = self._payload(instance)
+        payload = self._payload(instance, shape)
         if "stream" in payload:
             payload["stream"] = False
         reply = route.handler(request.with_json(payload, path=route.path))
@@ -159,7 +164,8 @@ class PredictRoute:
                 close()
             return _instance_error("predict route does not support streaming responses")
         if reply.body is not None:
-            return reply.body
+            failed = reply.status >= 400
+            return shape.prediction(instance, reply.body) if shape is not None and not failed else reply.body
         return reply.text
 
 

@@ -104,12 +104,15 @@ def test_parameters_are_merged_and_integral_floats_become_integers(vertex_server
 def test_instances_without_a_format_are_routed_by_shape(vertex_server: Server) -> None:
     p = predict(vertex_server, {"instances": [
         {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 3},
-        {"prompt": "Hello", "max_tokens": 3},
+        {"prompt": "Hello", "max_tokens": 3, "temperature": 0},
+        {"prompt": "Hello", "max_tokens": 3, "temperature": 0, "raw_response": True},
+        {"inputs": "Hello", "parameters": {"max_new_tokens": 3, "do_sample": False}},
         {"text": "neither"},
     ]}).json()["predictions"]
     assert p[0]["object"] == "chat.completion"
-    assert p[1]["object"] == "text_completion"
-    assert p[2]["error"]["message"] == "each instance must include a string @requestFormat"
+    assert isinstance(p[2], str) and p[1] == f"Prompt:\nHello\nOutput:\n{p[2]}"  # Model Garden vLLM's answer
+    assert p[3] == p[2]  # TGI's: the text; greedy, the same three tokens
+    assert p[4]["error"]["message"] == "each instance must include a string @requestFormat"
 
 
 def test_raw_predict_answers_like_the_default_route(vertex_server: Server) -> None:

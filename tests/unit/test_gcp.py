@@ -211,11 +211,28 @@ def test_a_raw_body_goes_to_the_default_route(pool: ThreadPoolExecutor) -> None:
 
 
 def test_instances_without_a_format_are_routed_by_shape(pool: ThreadPoolExecutor) -> None:
-    routes = [fake_route("POST", "/v1/completions", "completions")]
-    route = predict_route(routes, pool)
-    reply = call(route, {"instances": [{"prompt": "x"}, {"messages": []}, {"input": "y"}]})
-    chat, text, other = reply.body["predictions"][1], reply.body["predictions"][0], reply.body["predictions"][2]
-    assert text["handled_by"] == "completions" and chat["handled_by"] == "chat"
+    """messages (OpenAI chat), then inputs (TGI), then prompt (Model Garden vLLM), each answered as
+    that container answers; anything else needs @requestFormat."""
+    seen: list[dict[str, Any]] = []
+
+    def completion(request: ApiRequest) -> ApiReply:
+        body = request.json()
+        seen.append(body)
+        return ApiReply(body={"content": f"<{body['prompt']}>"})
+
+    routes = [Route("POST", "/completion", "completion", guard(completion))]
+    reply = call(predict_route(routes, pool), {"instances": [
+        {"messages": [], "inputs": "ignored: messages come first"},
+        {"inputs": "tgi", "parameters": {"max_new_tokens": 5, "do_sample": False, "repetition_penalty": 1.1}},
+        {"prompt": "mg", "max_tokens": 7, "top_k": 1},
+        {"prompt": "raw", "raw_response": True},
+        {"input": "y"},
+    ]})
+    chat, tgi, vllm, raw, other = reply.body["predictions"]
+    assert chat["handled_by"] == "chat"
+    assert tgi == "<tgi>" and vllm == "Prompt:\nmg\nOutput:\n<mg>" and raw == "<raw>"
+    assert seen[0] == {"prompt": "tgi", "n_predict": 5, "temperature": 0.0, "repeat_penalty": 1.1}
+    assert seen[1] == {"prompt": "mg", "n_predict": 7, "top_k": 1}
     assert other["error"]["message"] == "each instance must include a string @requestFormat"
 
 
