@@ -3,7 +3,8 @@
     .venv/bin/python bench/report.py [--max-tokens 64] [--threads 2] [--rounds 1]
 
 Prints one table: time to healthy, time to first token, aggregate generated tokens/s at 1, 4, 8
-and 16 concurrent streams, /predict with 8 instances against 8 sequential calls, tokenize
+and 16 concurrent streams, /predict with 8 instances against 8 sequential calls (and how many of
+a 128-instance /predict are answered), tokenize
 requests/s, the health check's p99 latency while 32 streams run (one read slowly), and peak
 memory (RSS of the server's processes), with ratios ours/theirs. The servers run one after the
 other, never together. Not a test: timings on shared machines are noisy.
@@ -168,6 +169,15 @@ def predict_seconds(base: str, max_tokens: int) -> float:
     return time.perf_counter() - started
 
 
+def predict_128_answered(base: str) -> float:
+    """Of a /predict with 128 short chat instances (more than the slots and the queue), how many
+    are real predictions (the rest would be refusals inside a 200)."""
+    instances = [{"@requestFormat": "chatCompletions", **chat_body(QUESTIONS[n % 8], 4, False)} for n in range(128)]
+    response = requests.post(base + "/predict", json={"instances": instances}, timeout=900)
+    response.raise_for_status()
+    return float(sum("error" not in prediction for prediction in response.json()["predictions"]))
+
+
 def tokenize_rps(base: str, path: str, field_name: str, requests_n: int = 200, clients: int = 4) -> float:
     def call(i: int) -> None:
         requests.post(base + path, json={field_name: f"Tokenize request number {i}, please."},
@@ -218,6 +228,7 @@ def measure(server: Running, ours: bool, max_tokens: int, rounds: int) -> dict[s
         rounds, lambda: sequential_seconds(base, max_tokens), False)
     if ours:
         results["/predict with 8 instances, s"] = best(rounds, lambda: predict_seconds(base, max_tokens), False)
+        results["/predict of 128: predictions answered"] = predict_128_answered(base)
         results["tokenize, requests/s (higher: better)"] = tokenize_rps(base, "/tokenize", "content")
     else:
         results["tokenize, requests/s (higher: better)"] = tokenize_rps(base, "/extras/tokenize", "input")
