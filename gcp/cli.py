@@ -161,7 +161,14 @@ def _deploy(args: argparse.Namespace, target: deploy.Target) -> None:
     vertex = deploy.Vertex(target)
     if spec.endpoint:
         endpoint = vertex.get_endpoint(target.endpoint_name(spec.endpoint))
+        dedicated = bool(endpoint.dedicated_endpoint_enabled)
+        timeout = endpoint.client_connection_config.inference_timeout.total_seconds() if dedicated else 60
     else:
+        endpoint, dedicated, timeout = None, spec.wants_dedicated, spec.timeout_s
+    problem = deploy.kind_mismatch(vertex.model_env(target.model_name(spec.model)), dedicated, int(timeout or 600))
+    if problem:
+        print(f"warning: {problem}", file=sys.stderr)
+    if endpoint is None:
         endpoint = vertex.create_endpoint(deploy.create_endpoint_request(target, spec))
     deployed_id = vertex.deploy(deploy.deploy_request(target, spec, endpoint.name))
     _print({"endpoint": endpoint.name, "deployed_model_id": deployed_id,

@@ -89,6 +89,28 @@ def endpoint_limits(kind: str, inference_timeout_s: int = 600) -> dict[str, str]
     raise ValueError(f"unknown endpoint kind {kind!r}: shared or dedicated")
 
 
+def kind_mismatch(model_env: dict[str, str], dedicated: bool, timeout_s: int) -> str | None:
+    """Why a model's limits (``upload --endpoint-kind``) do not fit the endpoint it goes to; None
+    when they do, or when the model declared none."""
+    raw = model_env.get("LLAMA_ARG_PREDICT_DEADLINE")
+    try:
+        deadline = float(raw) if raw else 0.0
+    except ValueError:
+        return None
+    if deadline <= 0:
+        return None
+    limit = timeout_s if dedicated else DEDICATED_TIMEOUT_THRESHOLD_S
+    kind = "dedicated" if dedicated else "shared"
+    if deadline >= limit:
+        return (f"the model ends generations at {deadline:g} s (LLAMA_ARG_PREDICT_DEADLINE), but this {kind} "
+                f"endpoint cuts requests at {limit} s: upload it again with --endpoint-kind {kind}")
+    if dedicated and deadline <= SHARED_DEADLINE_S < limit - DEADLINE_MARGIN_S:
+        return (f"the model was uploaded for a shared endpoint (generations end at {deadline:g} s), but this "
+                f"dedicated endpoint allows {limit} s: upload it again with --endpoint-kind dedicated "
+                f"--inference-timeout {limit} to use them")
+    return None
+
+
 def upload_request(target: Target, spec: UploadSpec) -> v1.UploadModelRequest:
     container = v1.ModelContainerSpec(
         image_uri=spec.image_uri,
@@ -236,6 +258,10 @@ class Vertex:
 
     def upload(self, request: v1.UploadModelRequest) -> str:
         return str(self.models.upload_model(request=request).result().model)
+
+    def model_env(self, name: str) -> dict[str, str]:
+        model = self.models.get_model(name=name)
+        return {item.name: item.value for item in model.container_spec.env}
 
     def create_endpoint(self, request: v1.CreateEndpointRequest) -> v1.Endpoint:
         return self.endpoints.create_endpoint(request=request).result()

@@ -33,6 +33,7 @@ class VertexStandIn:
     container: str  # base URL of the container that serves the deployed model
     calls: list[Recorded] = field(default_factory=list)
     endpoints: dict[str, dict[str, Any]] = field(default_factory=dict)
+    models: dict[str, dict[str, Any]] = field(default_factory=dict)
     ids: Iterator[int] = field(default_factory=lambda: itertools.count(1000))
 
     def app(self) -> Flask:
@@ -54,7 +55,13 @@ class VertexStandIn:
         parent_match = re.match(r"(projects/[^/]+/locations/[^/]+)", rest)
         parent = parent_match.group(1) if parent_match else ""
         if rest.endswith("/models:upload"):
-            return self.operation(parent, "UploadModelResponse", {"model": f"{parent}/models/{next(self.ids)}"})
+            name = f"{parent}/models/{next(self.ids)}"
+            self.models[name] = {**body["model"], "name": name}
+            return self.operation(parent, "UploadModelResponse", {"model": name})
+        if method == "GET" and re.search(r"/models/[^/:]+$", rest):
+            if rest not in self.models:
+                return _json({"error": {"code": 404, "message": f"{rest} not found", "status": "NOT_FOUND"}}, 404)
+            return _json(self.models[rest])
         if method == "POST" and rest.endswith("/endpoints"):
             name = f"{parent}/endpoints/{next(self.ids)}"
             endpoint = {**body, "name": name, "deployedModels": []}

@@ -200,3 +200,21 @@ def test_upload_sets_the_limits_of_the_endpoint_kind(
     printed = json.loads(_json_blocks(capsys.readouterr().out)[0])
     env = {item["name"]: item["value"] for item in printed["request"]["model"]["containerSpec"]["env"]}
     assert env["LLAMA_ARG_PREDICT_DEADLINE"] == "30"  # --env wins
+
+
+def test_deploy_warns_when_the_model_was_uploaded_for_the_other_endpoint_kind(
+    standin: RunningStandIn, capsys: pytest.CaptureFixture[str]
+) -> None:
+    shared = run_tool(standin, capsys, "upload", "--image", "img", "--endpoint-kind", "shared")["model"]
+    main(["deploy", *PROJECT, "--api-endpoint", standin.url, "--anonymous", "--model", shared.rsplit("/", 1)[1],
+          "--accelerator-type", "none", "--machine-type", "n2-standard-8", "--timeout", "600"])
+    warned = capsys.readouterr().err
+    assert "uploaded for a shared endpoint" in warned and "--endpoint-kind dedicated" in warned
+    dedicated = run_tool(standin, capsys, "upload", "--image", "img", "--endpoint-kind", "dedicated")["model"]
+    main(["deploy", *PROJECT, "--api-endpoint", standin.url, "--anonymous", "--model", dedicated.rsplit("/", 1)[1],
+          "--accelerator-type", "none", "--machine-type", "n2-standard-8"])
+    warned = capsys.readouterr().err
+    assert "this shared endpoint cuts requests at 60 s" in warned
+    main(["deploy", *PROJECT, "--api-endpoint", standin.url, "--anonymous", "--model", shared.rsplit("/", 1)[1],
+          "--accelerator-type", "none", "--machine-type", "n2-standard-8"])
+    assert "warning" not in capsys.readouterr().err  # a shared model on a shared endpoint fits

@@ -259,3 +259,15 @@ def test_a_predict_answer_over_the_response_limit_is_an_error_naming_it(pool: Th
     assert big.status == 400
     message = big.body["error"]["message"]
     assert "--max-response-bytes 300" in message and "dedicated endpoint" in message and "fewer instances" in message
+
+
+def test_kind_mismatch_between_a_model_and_its_endpoint() -> None:
+    from gcp.deploy import endpoint_limits, kind_mismatch
+
+    shared, dedicated = endpoint_limits("shared"), endpoint_limits("dedicated", 900)
+    assert kind_mismatch(shared, dedicated=False, timeout_s=60) is None
+    assert kind_mismatch(dedicated, dedicated=True, timeout_s=900) is None
+    assert kind_mismatch({}, dedicated=False, timeout_s=60) is None  # no kind declared
+    assert "cuts requests at 60 s" in str(kind_mismatch(dedicated, dedicated=False, timeout_s=60))
+    assert "uploaded for a shared endpoint" in str(kind_mismatch(shared, dedicated=True, timeout_s=900))
+    assert "cuts requests at 300 s" in str(kind_mismatch(dedicated, dedicated=True, timeout_s=300))
