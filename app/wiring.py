@@ -95,7 +95,6 @@ def build_application(
             cont_batching=settings.cont_batching,
             n_predict_cap=settings.n_predict,
             sleep_idle_seconds=settings.sleep_idle_seconds,
-            embed_n_ctx=settings.ubatch_size,
             lora_scales=tuple(scale for _, scale in settings.lora_adapters),
             max_queue=settings.max_queue,
             deadline_seconds=settings.predict_deadline,

@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from app.engine import BatchToken, DecodeError, ModelInfo, SamplingParams
+from app.engine import BatchToken, DecodeError, InvalidJobError, ModelInfo, SamplingParams
 from app.engine.types import Sampled, TokenProbs
 
 EOS = 2
@@ -38,9 +38,6 @@ class FakeVocabulary:
 
     def eog_tokens(self) -> tuple[int, ...]:
         return (EOS,)
-
-    def grammar_error(self, grammar: str) -> str | None:
-        return None if "root ::=" in grammar else "no root rule"
 
     def json_schema_grammar(self, schema: object) -> str:
         return 'root ::= "{}"'
@@ -151,6 +148,8 @@ class FakeBackend:
         return OFFSET + ord(".") if token in banned else token
 
     def new_sampler(self, params: SamplingParams) -> FakeSampler:
+        if params.grammar and "root ::=" not in params.grammar:  # as llama.cpp's parser refuses it
+            raise InvalidJobError("Failed to initialize samplers: no root rule")
         return FakeSampler(self, params)
 
     def copy_sequence(self, source: int, target: int) -> None:

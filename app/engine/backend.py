@@ -73,9 +73,6 @@ class Vocabulary(Protocol):
         self, template: str | None, messages: Sequence[tuple[str, str]], add_assistant: bool
     ) -> str: ...
 
-    def grammar_error(self, grammar: str) -> str | None:
-        """Why llama.cpp's grammar parser rejects ``grammar`` (GBNF), or None if it accepts it."""
-
     def json_schema_grammar(self, schema: object) -> str:
         """GBNF for a JSON schema; raises ValueError for a schema that cannot be converted."""
 

@@ -62,7 +62,6 @@ class EngineOptions:
     cont_batching: bool = True
     n_predict_cap: int = -1
     sleep_idle_seconds: float = -1
-    embed_n_ctx: int = 512
     lora_scales: tuple[float, ...] = ()  # the starting global scale of each --lora adapter
     max_queue: int = 64  # jobs that may wait for a slot; more are refused with OverloadedError
     deadline_seconds: float = 0.0  # every job ends this long after its submission (0: never)
@@ -206,10 +205,6 @@ class Engine:
             raise InvalidJobError(f"Invalid slot ID: id_slot must be below {backend.n_seq}")
         if not 1 <= copies <= backend.n_seq:
             raise InvalidJobError(f"n must be between 1 and the number of slots ({backend.n_seq}), got {copies}")
-        if request.sampling.grammar:
-            problem = backend.vocab.grammar_error(request.sampling.grammar)
-            if problem:
-                raise InvalidJobError(f"Failed to initialize samplers: {problem}")
         if request.lora is None:
             request = replace(request, lora=self._lora_scales)
         if self._options.deadline_seconds > 0 and request.deadline is None:
@@ -268,15 +263,15 @@ class Engine:
             self._outstanding -= 1
 
     def submit_embeddings(self, inputs: Sequence[Sequence[int]]) -> EmbedJob:
-        """Queue token inputs for embedding; each must fit the embedding context."""
+        """Queue token inputs for embedding. Whether each fits the embedding context is known on the
+        engine thread (the context's own size: app/engine/embedding_batches.py), and is the job's
+        outcome."""
         backend = self._loaded()
         if not inputs:
             raise InvalidJobError("Input content cannot be empty")
         for tokens in inputs:
             if not tokens:
                 raise InvalidJobError("Input content cannot be empty")
-            if len(tokens) > self._options.embed_n_ctx:
-                raise ContextExceededError(len(tokens), self._options.embed_n_ctx)
             if backend.info.outside_vocabulary(tokens):
                 raise InvalidJobError("Prompt contains invalid tokens")
         job = EmbedJob(tuple(tuple(tokens) for tokens in inputs))

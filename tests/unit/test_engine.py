@@ -361,11 +361,15 @@ def test_too_many_copies_is_refused(engine: Engine) -> None:
         engine.submit(request("x"), copies=5)
 
 
-def test_a_grammar_llama_cpp_rejects_is_refused_at_submit(engine: Engine) -> None:
+def test_a_grammar_llama_cpp_rejects_fails_its_job_on_the_engine_thread(engine: Engine) -> None:
+    """The grammar is parsed once a sequence, where its sampler is made (not again on the HTTP
+    thread): the job's first event is the error, and the engine goes on."""
     from app.engine import SamplingParams
 
-    with pytest.raises(InvalidJobError, match="Failed to initialize samplers"):
-        engine.submit(request("x", sampling=SamplingParams(grammar="nonsense")))
+    job = engine.submit(request("x", sampling=SamplingParams(grammar="nonsense")))
+    _, outcome = job.sink.get(timeout=5)
+    assert isinstance(outcome, InvalidJobError) and "Failed to initialize samplers" in str(outcome)
+    assert isinstance(events_of(engine.submit(request("still fine")))[-1], Completion)
 
 
 def test_token_probabilities_travel_with_the_chunks(engine: Engine) -> None:
@@ -404,7 +408,7 @@ def test_t_max_predict_ms_stops_at_the_next_new_line() -> None:
 def test_embeddings_are_packed_into_as_few_decodes_as_fit(backend: FakeBackend) -> None:
     from app.engine import EmbeddingResult
 
-    engine = start(backend, embed_n_ctx=64)
+    engine = start(backend)
 
     inputs = [encode("x" * n) for n in (10, 20, 30, 5, 5, 5, 5)]
     job = engine.submit_embeddings(inputs)
@@ -413,15 +417,15 @@ def test_embeddings_are_packed_into_as_few_decodes_as_fit(backend: FakeBackend) 
     assert [vectors[0][0] for vectors in result.vectors] == [10.0, 20.0, 30.0, 5.0, 5.0, 5.0, 5.0]
     assert result.n_tokens == (10, 20, 30, 5, 5, 5, 5)
     assert backend.embedder().calls == [3, 4]  # 60 tokens, then 4 inputs (the embedder's n_seq)
-    with pytest.raises(ContextExceededError):
-        engine.submit_embeddings([encode("y" * 65)])
+    too_long = engine.submit_embeddings([encode("y" * 65)]).outcome.exception(timeout=5)
+    assert isinstance(too_long, ContextExceededError) and too_long.n_ctx == 64  # the embedding context's own size
     with pytest.raises(InvalidJobError, match="empty"):
         engine.submit_embeddings([])
     engine.stop()
 
 
 def test_an_input_over_the_embedding_context_fails_alone(backend: FakeBackend, engine: Engine) -> None:
-    job = engine.submit_embeddings([encode("z" * 100)])  # the engine allows 512, the context holds 64
+    job = engine.submit_embeddings([encode("z" * 100)])  # the embedding context holds 64
     outcome = job.outcome.exception(timeout=5)
     assert isinstance(outcome, ContextExceededError) and outcome.n_ctx == 64
     assert isinstance(events_of(engine.submit(request("still fine")))[-1], Completion)

@@ -103,7 +103,8 @@ def new_sampler(params: SamplingParams, ctx: Any, vocab: LlamaVocabulary, n_ctx_
         grammar = lc.llama_sampler_init_grammar(vocab.handle, params.grammar.encode(), b"root")
         if not grammar:
             lc.llama_sampler_free(chain)
-            raise InvalidJobError("Failed to initialize samplers: the grammar does not parse")
+            raise InvalidJobError("Failed to initialize samplers: llama.cpp could not parse the grammar (check the "
+                                  "rule syntax and that 'root' is defined)")
         _add(chain, grammar)
     min_keep = max(1, params.min_keep)
     greedy = params.temperature <= 0.0

@@ -74,13 +74,6 @@ class LlamaVocabulary:
             size = written
         raise InvalidJobError("the chat template output did not fit")
 
-    def grammar_error(self, grammar: str) -> str | None:
-        sampler = lc.llama_sampler_init_grammar(self._vocab, grammar.encode(), b"root")
-        if not sampler:
-            return "llama.cpp could not parse the grammar (check the rule syntax and that 'root' is defined)"
-        lc.llama_sampler_free(sampler)
-        return None
-
     def json_schema_grammar(self, schema: object) -> str:
         try:
             grammar = str(json_schema_to_gbnf(json.dumps(schema)))
