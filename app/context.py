@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from app.api import Route
 from app.chat_template import ChatTemplate, choose_template
-from app.engine import Engine
+from app.engine import Engine, NotReadyError
 from app.metrics import MetricsExporter
 from app.settings import Settings
 
@@ -20,8 +19,7 @@ class ServerContext:
     engine: Engine
     api_keys: tuple[str, ...] = ()
     started_at: float = field(default_factory=time.time)
-    _template: ChatTemplate | None = None
-    _template_lock: threading.Lock = field(default_factory=threading.Lock)
+    _template: ChatTemplate | None = None  # published once, by publish_loaded_model
     metrics: MetricsExporter = field(init=False)
     routes: tuple[Route, ...] = ()  # the whole table as served (Vertex routes included)
 
@@ -47,20 +45,23 @@ class ServerContext:
             return aliases[0]
         return self.model_path.rsplit("/", 1)[-1]
 
+    def publish_loaded_model(self) -> None:
+        """On the engine thread, once the model is loaded: build what the handlers share about it
+        (the chat template, which needs the model's template and special tokens) and publish it
+        with one assignment; it never changes afterwards (a reload after sleep is the same model).
+        A template that cannot serve raises here, which fails the load."""
+        info = self.engine.info
+        choice = choose_template(self.settings.chat_template, self.settings.chat_template_file, info.chat_template,
+                                 self.settings.jinja)
+        template = ChatTemplate(choice, info.bos_token, info.eos_token, self._render_builtin)
+        template.check()
+        self._template = template
+
     @property
     def chat_template(self) -> ChatTemplate:
-        """Built once the model is loaded (it needs the model's template and special tokens)."""
-        with self._template_lock:
-            if self._template is None:
-                info = self.engine.info
-                choice = choose_template(
-                    self.settings.chat_template,
-                    self.settings.chat_template_file,
-                    info.chat_template,
-                    self.settings.jinja,
-                )
-                self._template = ChatTemplate(choice, info.bos_token, info.eos_token, self._render_builtin)
-            return self._template
+        if self._template is None:
+            raise NotReadyError()
+        return self._template
 
     def _render_builtin(self, template: str | None, messages: Sequence[tuple[str, str]], add_assistant: bool) -> str:
         """Through the vocabulary of the model loaded now: after an idle sleep the one the template

@@ -85,7 +85,7 @@ def build_application(
         return make_backend(backend_config(settings, local))
 
     def ready() -> None:
-        context.chat_template.check()
+        context.publish_loaded_model()
         if on_ready is not None:
             on_ready()
 

@@ -222,6 +222,7 @@ def fetch_model(uri: str, cache_dir: Path | None = None, client: storage.Client 
     """Download (or reuse) the model at ``uri``; the local path of the file to load."""
     parsed = GcsUri.parse(uri)
     cache = cache_dir or default_cache_dir()
+    made_here = client is None
     try:
         client = client or storage.Client()
         blobs = _model_blobs(client, parsed)
@@ -236,7 +237,7 @@ def fetch_model(uri: str, cache_dir: Path | None = None, client: storage.Client 
         account = _account(client)
         raise ModelDownloadError(
             f"{uri}: permission denied ({exc.message}); grant {account or 'the serving account'} "
-            f"roles/storage.objectViewer on gs://{parsed.bucket} (deploy with --service-account to use your own)"
+            f"roles/storage.objectViewer on gs://{parsed.bucket}"
         ) from None
     except gexc.NotFound as exc:
         raise ModelDownloadError(f"{uri}: not found ({exc.message})") from None
@@ -244,5 +245,8 @@ def fetch_model(uri: str, cache_dir: Path | None = None, client: storage.Client 
         raise ModelDownloadError(f"{uri}: {exc}") from None
     except Exception as exc:  # credentials, network, disk: still a start-up error naming the URI
         raise ModelDownloadError(f"{uri}: {type(exc).__name__}: {exc}") from None
+    finally:
+        if made_here and client is not None:
+            client.close()
     first: Path = paths[0]
     return first

@@ -58,6 +58,7 @@ def emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     bucket.blob("ambiguous/a.gguf").upload_from_string(b"GGUF")
     bucket.blob("ambiguous/b.gguf").upload_from_string(b"GGUF")
     bucket.blob("empty/readme.txt").upload_from_string(b"no model here")
+    client.close()  # its HTTP session's sockets
     yield host
     del os.environ["STORAGE_EMULATOR_HOST"]
     process.terminate()
@@ -188,5 +189,9 @@ def test_the_download_needs_only_object_reads_and_a_cached_model_is_not_read_aga
 
     monkeypatch.setattr(storage_module, "_md5_matches", no_hashing)
     session.calls.clear()
-    assert fetch_model("gs://models/smol/model.gguf", tmp_path / "cache", client=client) == local
-    assert not any("alt=media" in path or "/download/" in path for _, path in session.calls)
+    try:
+        assert fetch_model("gs://models/smol/model.gguf", tmp_path / "cache", client=client) == local
+        assert not any("alt=media" in path or "/download/" in path for _, path in session.calls)
+    finally:
+        client.close()
+        session.close()
