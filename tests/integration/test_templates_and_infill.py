@@ -19,7 +19,9 @@ from app.model_files import embedded_model_path
 from tests.integration.conftest import ROOT, Server, start
 
 HERMES = ROOT / "tests" / "data" / "hermes_tools.jinja"
-LOOKUP_PARAMETERS: dict[str, object] = {"type": "object", "properties": {"word": {"type": "string"}},
+# A bounded string, so that a call the grammar forces always ends within the tests' token limits
+# (the 135M model, sampling, would otherwise write on inside a string on some runs).
+LOOKUP_PARAMETERS: dict[str, object] = {"type": "object", "properties": {"word": {"type": "string", "maxLength": 12}},
                                         "required": ["word"]}
 TOOL: ChatCompletionFunctionToolParam = {"type": "function", "function": {
     "name": "lookup", "description": "Look a word up in the dictionary", "parameters": LOOKUP_PARAMETERS}}
@@ -44,7 +46,7 @@ def test_a_named_call_comes_back_in_hermes_form(hermes_server: Server) -> None:
     client = openai.OpenAI(base_url=hermes_server.url("/v1"), api_key="x", max_retries=0)
     completion = client.chat.completions.create(
         model="m", messages=[{"role": "user", "content": "Define the word cat"}], tools=[TOOL],
-        tool_choice={"type": "function", "function": {"name": "lookup"}}, max_tokens=60,
+        tool_choice={"type": "function", "function": {"name": "lookup"}}, max_tokens=200,
     )
     choice = completion.choices[0]
     assert choice.finish_reason == "tool_calls"
@@ -54,7 +56,7 @@ def test_a_named_call_comes_back_in_hermes_form(hermes_server: Server) -> None:
     assert isinstance(call, ChatCompletionMessageFunctionToolCall) and call.function.name == "lookup"
     jsonschema.validate(json.loads(call.function.arguments), LOOKUP_PARAMETERS)
     raw = requests.post(hermes_server.url("/completion"), timeout=60, json={
-        "prompt": "<|im_start|>user\nDefine cat<|im_end|>\n<|im_start|>assistant\n", "n_predict": 60,
+        "prompt": "<|im_start|>user\nDefine cat<|im_end|>\n<|im_start|>assistant\n", "n_predict": 200,
         "grammar": _hermes_grammar(hermes_server)}).json()["content"]
     assert raw.startswith("<tool_call>") and raw.rstrip().endswith("</tool_call>")
 
