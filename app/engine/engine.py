@@ -3,7 +3,7 @@
 HTTP threads only call ``submit``, ``submit_embeddings``, ``control`` and the slot-file methods
 (thread-safe) and read the job's event queue; everything that touches llama.cpp state happens on
 this one thread. The one exception is ``vocab``: the vocabulary's functions (tokenize, pieces,
-built-in templates, grammar checks) only read the loaded model, which llama.cpp allows from any
+built-in templates, schema to grammar) only read the loaded model, which llama.cpp allows from any
 thread (tests/unit/test_structure.py checks that handlers reach llama.cpp through nothing else). With
 ``sleep_idle_seconds`` the model is freed after that long without work and loaded again by the next
 job; facts about the model (``info``, slot counts) stay answerable while it sleeps.
@@ -228,13 +228,7 @@ class Engine:
         """Admit a request of many jobs (a predict's instances) as ONE place in the queue, or refuse
         it whole (QueueFullError). Jobs submitted in this context, and in copies of it made here
         for other threads (``contextvars.copy_context``), are not counted or refused for load."""
-        n_slots = self._loaded().n_seq
-        with self._outstanding_lock:
-            if self._outstanding + 1 - n_slots > self._options.max_queue:
-                raise QueueFullError(
-                    f"the server is busy: {self._outstanding} requests are running or waiting "
-                    f"(at most {self._options.max_queue} may wait, --max-queue); retry this request")
-            self._outstanding += 1
+        self._take_places(1, self._loaded().n_seq, QueueFullError, "retry this request")
         token = _ADMITTED.set(True)
         try:
             yield
@@ -247,16 +241,17 @@ class Engine:
         the jobs of a request admitted as one: it holds its place already)."""
         if _ADMITTED.get():
             return
-        with self._outstanding_lock:
-            waiting = self._outstanding + len(family) - n_slots
-            if waiting > self._options.max_queue:
-                raise OverloadedError(
-                    f"the server is busy: {self._outstanding} requests are running or waiting "
-                    f"(at most {self._options.max_queue} may wait, --max-queue); try again shortly"
-                )
-            self._outstanding += len(family)
+        self._take_places(len(family), n_slots, OverloadedError, "try again shortly")
         for member in family:
             member.on_finish = self._job_finished
+
+    def _take_places(self, count: int, n_slots: int, refusal: type[OverloadedError], advice: str) -> None:
+        """Count ``count`` places in; refuse them all when more than ``max_queue`` would then wait."""
+        with self._outstanding_lock:
+            if self._outstanding + count - n_slots > self._options.max_queue:
+                raise refusal(f"the server is busy: {self._outstanding} requests are running or waiting "
+                              f"(at most {self._options.max_queue} may wait, --max-queue); {advice}")
+            self._outstanding += count
 
     def _job_finished(self) -> None:
         with self._outstanding_lock:

@@ -137,7 +137,7 @@ def _logit_bias(ctx: ServerContext, raw: dict[str, float | bool] | list[list[Any
             if len(entry) != 2:
                 raise InvalidRequestError("Field 'logit_bias': each entry must be [token or string, bias]")
             pairs.append((entry[0], entry[1]))
-    n_vocab = ctx.engine.info.n_vocab
+    info = ctx.engine.info
     result: list[tuple[int, float]] = []
     for key, bias in pairs:
         if bias is False:
@@ -155,7 +155,8 @@ def _logit_bias(ctx: ServerContext, raw: dict[str, float | bool] | list[list[Any
             tokens = ctx.engine.vocab.tokenize(key, False, False)
         else:
             raise InvalidRequestError("Field 'logit_bias': keys must be token ids or strings")
-        result.extend((token, value) for token in tokens if 0 <= token < n_vocab)
+        unknown = set(info.outside_vocabulary(tokens))  # ignored, as llama-server ignores them
+        result.extend((token, value) for token in tokens if token not in unknown)
     return tuple(result)
 
 

@@ -57,7 +57,8 @@ def _mapped_files() -> list[str]:
         maps = Path("/proc/self/maps").read_text()
     except OSError:
         return []
-    return [line.split(maxsplit=5)[5] for line in maps.splitlines() if len(line.split(maxsplit=5)) == 6]
+    fields = (line.split(maxsplit=5) for line in maps.splitlines())
+    return [parts[5] for parts in fields if len(parts) == 6]
 
 
 def _open_ggml(lib_dir: Path) -> ctypes.CDLL | None:
