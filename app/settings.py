@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any, Literal
 
 from app.engine.types import RANDOM_SEED, SamplingParams
+from app.ui import BUILTIN_UI_DIRECTORY
 
 Kind = Literal["str", "int", "float", "bool", "keys", "choice", "paths", "scaled"]
 
@@ -169,6 +170,12 @@ class Settings:
     cors_origins: str = option(("--cors-origins",), "str", "*",
         "comma-separated origins allowed by CORS ('*': any origin, reflected)", env="LLAMA_ARG_CORS_ORIGINS",
         metavar="ORIGINS")
+    ui: bool = option(("--ui", "--webui"), "bool", True,
+        "serve the web UI at / (chat, the Vertex AI predict console, live slots); public, served while the "
+        "model loads", env="LLAMA_ARG_UI", negative_flags=("--no-ui", "--no-webui"))
+    static_path: str | None = option(("--path",), "str", None,
+        "serve the static files of this directory at / instead of the built-in web UI",
+        env="LLAMA_ARG_STATIC_PATH", metavar="PATH")
     verbose: bool = option(("-v", "--verbose"), "bool", False, "verbose logging (llama.cpp logs too)",
         env="LLAMA_ARG_VERBOSE")
 
@@ -179,6 +186,13 @@ class Settings:
         return replace(SamplingParams(), temperature=self.temp, top_k=self.top_k, top_p=self.top_p,
                        min_p=self.min_p, repeat_penalty=self.repeat_penalty, repeat_last_n=self.repeat_last_n,
                        seed=RANDOM_SEED if self.seed < 0 else self.seed)
+
+    @property
+    def ui_directory(self) -> str | None:
+        """The directory served at ``/``: ``--path``, else the built-in UI; None with ``--no-ui``."""
+        if not self.ui:
+            return None
+        return self.static_path or str(BUILTIN_UI_DIRECTORY)
 
     @property
     def slot_count(self) -> int:
@@ -286,6 +300,8 @@ def _validate(settings: Settings) -> None:
             ) from None
     if settings.port > 65535:
         raise SettingsError(f"--port: {settings.port} is not a valid port")
+    if settings.static_path is not None and not os.path.isdir(settings.static_path):
+        raise SettingsError(f"--path: {settings.static_path!r} is not a directory")
     if settings.chat_template and settings.chat_template_file:
         raise SettingsError("--chat-template and --chat-template-file cannot be used together")
 

@@ -15,7 +15,7 @@ from flask import Flask
 from app.context import ServerContext
 from app.engine import Backend, Engine, EngineOptions
 from app.engine.llama import LlamaBackend, LlamaConfig
-from app.http import create_app
+from app.http import StaticSite, create_app
 from app.routes import bind_routes
 from app.settings import Settings
 from gcp import VertexEnvironment, vertex_routes
@@ -110,8 +110,9 @@ def build_application(
                                settings.max_response_bytes)
     context.routes = routes
     draining = threading.Event()
+    site = StaticSite.from_directory(Path(settings.ui_directory)) if settings.ui_directory else None
     flask = create_app(routes, lambda: engine.is_ready, context.api_keys, settings.route_prefix,
                        max_body_bytes=settings.max_body_bytes, is_draining=draining.is_set,
-                       cors_origins=settings.cors_origins)
+                       cors_origins=settings.cors_origins, site=site)
     engine.start()
     return Application(flask, context, draining)

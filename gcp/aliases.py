@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from app.api import Route
 
@@ -73,3 +74,18 @@ class AliasTable:
 
     def resolve(self, request_format: str) -> Route | None:
         return self.by_alias.get(request_format) or self.by_path.get(request_format)
+
+    def listing(self) -> dict[str, Any]:
+        """The table as JSON: every alias with its route, the collisions (and how the losing route is
+        still reached), and the routes no ``@requestFormat`` reaches."""
+        return {
+            "aliases": [{"alias": alias, **_route_json(route), "summary": route.summary, "streams": route.streams}
+                        for alias, route in self.by_alias.items()],
+            "collisions": [{"alias": c.alias, "winner": _route_json(c.winner), "loser": _route_json(c.loser),
+                            "loser_reachable_as": c.loser.path, "message": c.describe()} for c in self.collisions],
+            "shadowed": [_route_json(route) for route in self.shadowed],
+        }
+
+
+def _route_json(route: Route) -> dict[str, str]:
+    return {"method": route.method, "path": route.path, "name": route.name}

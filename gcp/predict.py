@@ -38,6 +38,7 @@ log = logging.getLogger(__name__)
 
 MAX_INSTANCES = 128
 METRICS_PATH = "/metrics"
+ALIASES_PATH = "/vertex/aliases"
 
 
 class PredictBody(BaseModel):
@@ -169,6 +170,22 @@ class PredictRoute:
         return reply.text
 
 
+def alias_listing(predict: PredictRoute, environment: VertexEnvironment) -> Callable[[ApiRequest], ApiReply]:
+    """``GET /vertex/aliases``: what an instance may name, for the web UI's predict console and for
+    anyone composing instances (public: it tells only the route table, which /openapi.json tells too)."""
+    body = {
+        "predict_route": environment.predict_route,
+        "default_route": predict.default.path,
+        "max_instances": MAX_INSTANCES,
+        **predict.aliases.listing(),
+    }
+
+    def get_vertex_aliases(request: ApiRequest) -> ApiReply:
+        return ApiReply(body=body)
+
+    return get_vertex_aliases
+
+
 def vertex_routes(
     routes: Sequence[Route],
     environment: VertexEnvironment,
@@ -189,6 +206,9 @@ def vertex_routes(
         log.info("predict: %s %s is not reachable (its path is bound to another method)", route.method, route.path)
     added = [Route("POST", environment.predict_route, "post_predict", guard(predict), body=PredictBody, streams=True,
                    summary="Vertex AI predict: instances to predictions (also rawPredict, streamRawPredict)")]
+    if ALIASES_PATH not in {environment.predict_route, environment.health_route}:
+        added.append(Route("GET", ALIASES_PATH, "get_vertex_aliases", guard(alias_listing(predict, environment)),
+                           public=True, summary="Vertex AI: the @requestFormat alias table of the predict route"))
     if environment.health_route and environment.health_route not in {route.path for route in routes}:
         health = next(route for route in routes if route.path == "/health")
         added.append(Route("GET", environment.health_route, health.name, health.handler, public=True))

@@ -92,6 +92,22 @@ ensure_qemu() {
   log "could not install qemu-user: install it (apt-get install qemu-user), or the CPU-dispatch test fails"
 }
 
+# The web UI's tests drive a real Chromium (Debian's chromium package) through playwright; playwright's
+# own browser download needs a host this project does not rely on. Without a browser those tests fail
+# and say so; they are never skipped.
+ensure_chromium() {
+  if [ -n "${CHROMIUM:-}" ] || command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1; then
+    return
+  fi
+  local sudo=""
+  [ "$(id -u)" = 0 ] || sudo="sudo -n"
+  if command -v apt-get >/dev/null 2>&1; then
+    log "installing chromium (for the web UI tests)"
+    $sudo apt-get update -qq && $sudo apt-get install -y -qq chromium >/dev/null && return
+  fi
+  log "could not install chromium: install it (apt-get install chromium) or set CHROMIUM, or the web UI tests fail"
+}
+
 cmd="${1:-}"
 [ $# -gt 0 ] && shift
 case "$cmd" in
@@ -110,6 +126,7 @@ case "$cmd" in
   test)
     install_all
     ensure_qemu
+    ensure_chromium
     cd "$ROOT"
     log "ruff"
     "$VENV/bin/python" -m ruff check app gcp tests bench

@@ -38,7 +38,7 @@ def get_props(ctx: ServerContext, request: ApiRequest) -> ApiReply:
         "endpoint_slots": settings.slots,
         "endpoint_props": settings.props,
         "endpoint_metrics": settings.metrics,
-        "ui": False,
+        "ui": settings.ui_directory is not None,
         "ui_settings": {},
         "chat_template": template.source,
         "chat_template_caps": {"jinja": template.choice.jinja_source is not None},

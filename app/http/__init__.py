@@ -5,5 +5,6 @@ ApiRequest, calls the route's handler, and turns the ApiReply into a response.
 """
 
 from app.http.flask_app import create_app
+from app.http.static_site import StaticSite
 
-__all__ = ["create_app"]
+__all__ = ["StaticSite", "create_app"]

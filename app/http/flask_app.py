@@ -21,6 +21,7 @@ from app.http.access_log import install_access_log
 from app.http.disconnect import disconnect_probe
 from app.http.middleware import install_middleware
 from app.http.render import to_response
+from app.http.static_site import StaticSite
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +62,27 @@ def _view(route: Route) -> Callable[..., Response]:
     return view
 
 
+def _static_view(site: StaticSite, path: str) -> Callable[[], Response]:
+    def view() -> Response:
+        return site.response(path)
+
+    return view
+
+
+def _static_paths(site: StaticSite | None, prefix: str, route_paths: set[str]) -> dict[str, str]:
+    """URL -> the site's path, for every static file whose URL is not a route."""
+    if site is None:
+        return {}
+    urls: dict[str, str] = {}
+    for path in site.paths:
+        url = prefix + path
+        if url in route_paths:
+            log.warning("static file %s is not served: %s is a route of this server", path, url)
+        else:
+            urls[url] = path
+    return urls
+
+
 def create_app(
     routes: Sequence[Route],
     is_ready: Callable[[], bool],
@@ -69,12 +91,17 @@ def create_app(
     max_body_bytes: int | None = None,
     is_draining: Callable[[], bool] = lambda: False,
     cors_origins: str = "*",
+    site: StaticSite | None = None,
 ) -> Flask:
+    """``site``: static files served at ``/`` (the web UI), public and answered while the model loads;
+    a file whose path is a route of the table is not served (the route wins)."""
     app = Flask("vertex_llama")
     app.config["MAX_CONTENT_LENGTH"] = max_body_bytes
     public = {prefix + route.path for route in routes if route.public}
+    route_paths = {prefix + flask_rule(route.path) for route in routes}
+    static_paths = _static_paths(site, prefix, route_paths)
     install_access_log(app)
-    install_middleware(app, is_ready, api_keys, public, is_draining, cors_origins)
+    install_middleware(app, is_ready, api_keys, public, is_draining, cors_origins, always_open=static_paths)
     for route in routes:
         app.add_url_rule(
             prefix + flask_rule(route.path),
@@ -83,6 +110,10 @@ def create_app(
             methods=[route.method],
             provide_automatic_options=False,
         )
+    if site is not None:
+        for url, path in static_paths.items():
+            app.add_url_rule(url, endpoint=f"static {path}", view_func=_static_view(site, path), methods=["GET"],
+                             provide_automatic_options=False)
 
     @app.errorhandler(HTTPException)
     def http_error(exc: HTTPException) -> Response:

@@ -34,7 +34,10 @@ def install_middleware(
     public_paths: Collection[str],
     is_draining: Callable[[], bool] = lambda: False,
     cors_origins: str = "*",
+    always_open: Collection[str] = (),
 ) -> None:
+    """``public_paths`` need no API key; ``always_open`` paths (the static UI) need none and are
+    answered while the model loads too."""
     allowed = {origin.strip() for origin in cors_origins.split(",") if origin.strip()}
 
     @app.before_request
@@ -47,6 +50,8 @@ def install_middleware(
             return response
         if is_draining():
             return to_response(ApiReply.error(UnavailableError("the server is shutting down")))
+        if request.path in always_open:
+            return None
         if not is_ready():
             return to_response(ApiReply.error(UnavailableError("Loading model")))
         if api_keys and request.path not in public_paths and not key_is_valid(_presented_key(), api_keys):

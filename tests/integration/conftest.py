@@ -9,7 +9,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -139,3 +139,13 @@ def vertex_server(server_dir: Path) -> Iterator[Server]:
     )
     yield server
     assert server.stop() == 0, server.log()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]
+                              ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """Each phase's report on the test item (``item.report_call``...), for fixtures that act on a
+    failure (the browser tests' screenshot)."""
+    report: pytest.TestReport = yield
+    setattr(item, f"report_{report.when}", report)
+    return report

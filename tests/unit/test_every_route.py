@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from flask.testing import FlaskClient
 
 from app.routes import ROUTES
 from app.wiring import Application
@@ -60,5 +61,20 @@ def test_the_rerank_routes_answer_on_a_reranking_server() -> None:
             response = client.post(path, json=BODIES[path])
             assert response.status_code == 200, (path, response.get_data(as_text=True)[:300])
             assert response.json is not None and response.json["results"][0]["index"] == 0
+    finally:
+        built.shutdown()
+
+
+def test_the_web_ui_is_at_the_root_unless_switched_off(client: FlaskClient) -> None:
+    page = client.get("/")
+    assert page.status_code == 200 and page.headers["Content-Type"].startswith("text/html")
+    assert b'<script type="module" src="js/main.js">' in page.data
+    assert client.get("/props").json["ui"] is True  # type: ignore[index]
+    built = make_application("--no-ui")
+    try:
+        off = built.flask.test_client()
+        assert off.get("/").status_code == 404
+        assert off.get("/js/main.js").status_code == 404
+        assert off.get("/props").json["ui"] is False  # type: ignore[index]
     finally:
         built.shutdown()

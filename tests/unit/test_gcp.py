@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -271,3 +272,34 @@ def test_kind_mismatch_between_a_model_and_its_endpoint() -> None:
     assert "cuts requests at 60 s" in str(kind_mismatch(dedicated, dedicated=False, timeout_s=60))
     assert "uploaded for a shared endpoint" in str(kind_mismatch(shared, dedicated=True, timeout_s=900))
     assert "cuts requests at 300 s" in str(kind_mismatch(dedicated, dedicated=True, timeout_s=300))
+
+
+def test_the_alias_listing_route_is_public_and_tells_the_whole_table(pool: ThreadPoolExecutor) -> None:
+    routes = vertex_routes(list(bind_routes_for_listing()), VertexEnvironment(
+        port=8080, predict_route="/predict", health_route=None, storage_uri=None), pool)
+    listing_route = next(route for route in routes if route.path == "/vertex/aliases")
+    assert listing_route.method == "GET" and listing_route.public
+    listing = listing_route.handler(ApiRequest("GET", "/vertex/aliases")).body
+    assert listing["predict_route"] == "/predict" and listing["default_route"] == "/v1/chat/completions"
+    assert listing["max_instances"] == 128
+    by_alias = {item["alias"]: item for item in listing["aliases"]}
+    assert by_alias["chatCompletions"]["path"] == "/chat/completions" and by_alias["chatCompletions"]["streams"]
+    assert by_alias["completions"]["path"] == "/completions"  # first registration wins
+    loser = next(c for c in listing["collisions"] if c["loser"]["path"] == "/v1/completions")
+    assert loser["alias"] == "completions" and loser["loser_reachable_as"] == "/v1/completions"
+    assert {"method": "POST", "path": "/props", "name": "post_props"} in listing["shadowed"]
+    # every alias it lists resolves through the predict route's own table, to the route it names
+    predict = next(route for route in routes if route.path == "/predict")
+    table = AliasTable([route for route in routes if route.path not in ("/predict", "/vertex/aliases")])
+    for item in listing["aliases"]:
+        resolved = table.resolve(item["alias"])
+        assert resolved is not None and (resolved.method, resolved.path) == (item["method"], item["path"])
+    # the listing route is not itself an alias target
+    reply = call(predict, {"instances": [{"@requestFormat": "vertexAliases"}]})
+    assert "no handler" in reply.body["predictions"][0]["error"]["message"]
+
+
+def bind_routes_for_listing() -> list[Route]:
+    """The real endpoint table's shape (method, path, name), each answering its own path."""
+    return [replace(fake_route(spec.method, spec.path, spec.handler.__name__, {"path": spec.path}),
+                    streams=spec.streams) for spec in ROUTES]
