@@ -6,6 +6,8 @@
     python -m gcp raw-predict | stream-raw-predict --endpoint ENDPOINT_ID --body '{...}'
     python -m gcp invoke --endpoint ENDPOINT_ID --path /v1/chat/completions --body '{...}' [--stream]
     python -m gcp undeploy --project P --region R --endpoint ENDPOINT_ID [--delete-endpoint]
+    python -m gcp batch-predict --project P --region R --model MODEL_ID --input gs://b/rows.jsonl \
+        --output gs://b/out/ [--batch-size 64] [--wait]
 
 Every command takes ``--dry-run``: print the exact API requests (as the REST API's JSON) and send
 nothing.
@@ -19,7 +21,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from gcp import deploy
+from gcp import batch, deploy
 
 # Container settings a deployment commonly sets, as the LLAMA_ARG_* variables the container reads.
 SETTING_FLAGS = {
@@ -31,8 +33,19 @@ SETTING_FLAGS = {
 }
 
 
+class DefaultsHelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Every flag's help ends with its default, where it has one."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if action.option_strings and action.default not in (None, False, [], argparse.SUPPRESS) \
+                and "%(default)" not in text:
+            text += " (default: %(default)s)"
+        return text
+
+
 def _common(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--project", required=True)
+    parser.add_argument("--project", required=True, help="the Google Cloud project id")
     parser.add_argument("--region", required=True, help="e.g. us-central1")
     parser.add_argument("--api-endpoint", help="override the API host (default: REGION-aiplatform.googleapis.com)")
     parser.add_argument("--anonymous", action="store_true", help="no credentials (for local stand-ins of the API)")
@@ -58,10 +71,11 @@ def build_parser() -> argparse.ArgumentParser:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True)
 
-    upload = commands.add_parser("upload", help="register the container and the model with Vertex AI")
+    upload = commands.add_parser("upload", help="register the container and the model with Vertex AI",
+                                 formatter_class=DefaultsHelpFormatter)
     _common(upload)
     upload.add_argument("--image", required=True, help="the container image URI (Artifact Registry)")
-    upload.add_argument("--display-name", default="vertex-llama")
+    upload.add_argument("--display-name", default="vertex-llama", help="the Model's display name")
     upload.add_argument("--artifact-uri", help="gs:// directory holding the .gguf (becomes AIP_STORAGE_URI)")
     upload.add_argument("--env", type=_env_arg, action="append", default=[], metavar="NAME=VALUE",
                         help="container environment, e.g. LLAMA_ARG_CTX_SIZE=8192 (repeatable)")
@@ -73,21 +87,22 @@ def build_parser() -> argparse.ArgumentParser:
                              "less 5 s, 10 MB); --env wins")
     upload.add_argument("--inference-timeout", type=int, default=600,
                         help="the dedicated endpoint's inference timeout in seconds (with --endpoint-kind dedicated)")
-    upload.add_argument("--shared-memory-mb", type=int, default=1024)
+    upload.add_argument("--shared-memory-mb", type=int, default=1024, help="the container's /dev/shm size")
     upload.add_argument("--deployment-timeout", type=int, default=3600, help="seconds (at most 7200)")
     upload.add_argument("--invoke", action="store_true",
                         help="expose every route under .../invoke/ (invokeRoutePrefix /*; disables :predict)")
 
-    dep = commands.add_parser("deploy", help="deploy an uploaded model to an endpoint (created if needed)")
+    dep = commands.add_parser("deploy", help="deploy an uploaded model to an endpoint (created if needed)",
+                              formatter_class=DefaultsHelpFormatter)
     _common(dep)
     dep.add_argument("--model", required=True, help="model id or resource name")
     dep.add_argument("--endpoint", help="an existing endpoint id or resource name to reuse")
-    dep.add_argument("--endpoint-display-name", default="vertex-llama")
-    dep.add_argument("--machine-type", default="g2-standard-8")
+    dep.add_argument("--endpoint-display-name", default="vertex-llama", help="a new endpoint's display name")
+    dep.add_argument("--machine-type", default="g2-standard-8", help="the replicas' machine type")
     dep.add_argument("--accelerator-type", default="NVIDIA_L4", help="e.g. NVIDIA_L4, NVIDIA_H100_80GB; 'none'")
-    dep.add_argument("--accelerator-count", type=int, default=1)
-    dep.add_argument("--min-replicas", type=int, default=1)
-    dep.add_argument("--max-replicas", type=int, default=1)
+    dep.add_argument("--accelerator-count", type=int, default=1, help="accelerators a replica")
+    dep.add_argument("--min-replicas", type=int, default=1, help="replicas at the least")
+    dep.add_argument("--max-replicas", type=int, default=1, help="replicas at the most (autoscaling above min)")
     dep.add_argument("--cpu-target", type=int, help="autoscale on CPU utilisation (percent)")
     dep.add_argument("--gpu-target", type=int, help="autoscale on accelerator duty cycle (percent)")
     dep.add_argument("--dedicated", action="store_true", help="a dedicated endpoint (10 MB bodies, SSE)")
@@ -98,24 +113,55 @@ def build_parser() -> argparse.ArgumentParser:
                             ("raw-predict", "send a body to :rawPredict"),
                             ("stream-raw-predict", "send a body to :streamRawPredict and print the stream"),
                             ("invoke", "send a body to a container route through .../invoke/PATH")):
-        command = commands.add_parser(name, help=help_text)
+        command = commands.add_parser(name, help=help_text, formatter_class=DefaultsHelpFormatter)
         _common(command)
-        command.add_argument("--endpoint", required=True)
+        command.add_argument("--endpoint", required=True, help="the endpoint id or resource name")
         if name == "predict":
             command.add_argument("--instances", type=_json_arg, required=True, help="a JSON array")
-            command.add_argument("--parameters", type=_json_arg)
+            command.add_argument("--parameters", type=_json_arg, help="a JSON object merged into every instance")
         else:
             command.add_argument("--body", type=_json_arg, required=True, help="a JSON object")
         if name == "invoke":
             command.add_argument("--path", required=True, help="the container route, e.g. /v1/chat/completions")
             command.add_argument("--stream", action="store_true", help="print the response as it streams")
 
-    undeploy = commands.add_parser("undeploy", help="undeploy models (and optionally delete the endpoint)")
+    undeploy = commands.add_parser("undeploy", help="undeploy models (and optionally delete the endpoint)",
+                                   formatter_class=DefaultsHelpFormatter)
     _common(undeploy)
-    undeploy.add_argument("--endpoint", required=True)
+    undeploy.add_argument("--endpoint", required=True, help="the endpoint id or resource name")
     undeploy.add_argument("--deployed-model-id", help="default: every deployed model")
-    undeploy.add_argument("--delete-endpoint", action="store_true")
+    undeploy.add_argument("--delete-endpoint", action="store_true", help="delete the endpoint afterwards")
+    _add_batch_parser(commands)
     return parser
+
+
+def _add_batch_parser(commands: Any) -> None:
+    batch_parser = commands.add_parser(
+        "batch-predict", formatter_class=DefaultsHelpFormatter,
+        help="run an uploaded model over a JSONL file, BigQuery table or file list (a BatchPredictionJob)",
+        description=batch.__doc__)
+    _common(batch_parser)
+    batch_parser.add_argument("--model", required=True, help="model id or resource name")
+    batch_parser.add_argument("--input", action="append", required=True, metavar="URI",
+                              help="gs:// JSONL file(s) (repeatable or comma-separated; wildcards as Vertex "
+                                   "takes them), or one bq://PROJECT.DATASET.TABLE")
+    batch_parser.add_argument("--input-format", choices=batch.INPUT_FORMATS,
+                              help="default: bigquery for bq://, else jsonl")
+    batch_parser.add_argument("--output", required=True,
+                              help="a gs:// prefix (JSONL predictions) or bq://PROJECT[.DATASET] (a table)")
+    batch_parser.add_argument("--display-name", default="vertex-llama-batch", help="the job's display name")
+    batch_parser.add_argument("--machine-type", default="g2-standard-8", help="the replicas' machine type")
+    batch_parser.add_argument("--accelerator-type", default="NVIDIA_L4", help="e.g. NVIDIA_L4; 'none'")
+    batch_parser.add_argument("--accelerator-count", type=int, default=1, help="accelerators a replica")
+    batch_parser.add_argument("--starting-replicas", type=int, default=1, help="replicas the job starts with")
+    batch_parser.add_argument("--max-replicas", type=int, default=1, help="replicas at the most")
+    batch_parser.add_argument("--batch-size", type=int, default=batch.DEFAULT_BATCH_SIZE,
+                              help="rows in one predict request (1-128: each request is admitted whole)")
+    batch_parser.add_argument("--service-account", help="the account the job runs as (reads the input, "
+                                                        "writes the output); default: Vertex AI's")
+    batch_parser.add_argument("--parameters", type=_json_arg, help="a JSON object merged into every row")
+    batch_parser.add_argument("--wait", action="store_true", help="wait for the job, print progress and a summary")
+    batch_parser.add_argument("--poll-seconds", type=float, default=30.0, help="how often --wait asks")
 
 
 def _print(value: Any) -> None:
@@ -223,11 +269,39 @@ def _undeploy(args: argparse.Namespace, target: deploy.Target) -> None:
             "deleted": bool(args.delete_endpoint)})
 
 
+def _batch_predict(args: argparse.Namespace, target: deploy.Target) -> None:
+    spec = batch.BatchSpec(
+        model=args.model, inputs=batch.input_uris(args.input), output=args.output, display_name=args.display_name,
+        input_format=args.input_format, machine_type=args.machine_type,
+        accelerator_type=None if args.accelerator_type.lower() == "none" else args.accelerator_type,
+        accelerator_count=args.accelerator_count, starting_replicas=args.starting_replicas,
+        max_replicas=args.max_replicas, batch_size=args.batch_size, service_account=args.service_account,
+        parameters=args.parameters)
+    try:
+        request = batch.batch_request(target, spec)
+    except batch.BatchSpecError as exc:
+        sys.stderr.write(f"python -m gcp batch-predict: {exc}\n")
+        sys.exit(2)
+    if args.dry_run:
+        _dry("JobService.CreateBatchPredictionJob", request)
+        return
+    jobs = batch.BatchJobs(target)
+    job = jobs.create(request)
+    print(f"batch prediction job {job.name} created", file=sys.stderr)
+    if args.wait:
+        job = batch.wait_for_job(lambda: jobs.get(job.name), args.poll_seconds)
+    summary = batch.job_summary(job)
+    _print(summary)
+    if args.wait and summary["state"] not in batch.GOOD_STATES:
+        sys.exit(1)
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     target = deploy.Target(args.project, args.region, args.api_endpoint, args.anonymous)
     handlers = {"upload": _upload, "deploy": _deploy, "predict": _predict, "raw-predict": _predict,
-                "stream-raw-predict": _predict, "invoke": _predict, "undeploy": _undeploy}
+                "stream-raw-predict": _predict, "invoke": _predict, "undeploy": _undeploy,
+                "batch-predict": _batch_predict}
     try:
         handlers[args.command](args, target)
     except Exception as exc:

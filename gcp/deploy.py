@@ -166,11 +166,17 @@ def create_endpoint_request(target: Target, spec: DeploySpec) -> v1.CreateEndpoi
     return v1.CreateEndpointRequest(parent=target.parent, endpoint=endpoint)
 
 
+def machine_spec(machine_type: str, accelerator_type: str | None, accelerator_count: int) -> v1.MachineSpec:
+    """A machine, with its accelerators when it has any (``accelerator_type`` None or count 0: none)."""
+    machine = v1.MachineSpec(machine_type=machine_type)
+    if accelerator_type and accelerator_count:
+        machine.accelerator_type = getattr(v1.AcceleratorType, accelerator_type)
+        machine.accelerator_count = accelerator_count
+    return machine
+
+
 def deploy_request(target: Target, spec: DeploySpec, endpoint_name: str) -> v1.DeployModelRequest:
-    machine = v1.MachineSpec(machine_type=spec.machine_type)
-    if spec.accelerator_type and spec.accelerator_count:
-        machine.accelerator_type = getattr(v1.AcceleratorType, spec.accelerator_type)
-        machine.accelerator_count = spec.accelerator_count
+    machine = machine_spec(spec.machine_type, spec.accelerator_type, spec.accelerator_count)
     metrics = []
     if spec.cpu_target:
         metrics.append(v1.AutoscalingMetricSpec(

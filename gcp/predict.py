@@ -1,9 +1,10 @@
 """The Vertex AI predict route, for every way Vertex clients call a container.
 
 - ``:predict``: ``{"instances": [...], "parameters": {...}}`` in, ``{"predictions": [...]}`` out.
-  Each instance names a route of the table by ``@requestFormat`` (or is routed by its shape, as
-  other Vertex containers take it: gcp/shapes.py) and runs concurrently on a thread pool, so all
-  instances reach the engine together and are decoded in the same batches.
+  Each instance names a route of the table by ``@requestFormat``, or is an OpenAI batch row
+  (``custom_id``, ``url``, ``body``: gcp/openai_batch.py), or is routed by its shape, as other
+  Vertex containers take it (gcp/shapes.py); that is the precedence. Instances run concurrently on
+  a thread pool, so all instances reach the engine together and are decoded in the same batches.
   ``parameters`` is merged into every instance (the instance's own keys win), and integral floats
   become integers (Vertex carries JSON through protobuf ``Value``, whose only number is a double).
   An instance's failure becomes its own prediction (its error body); envelope failures are a 400.
@@ -32,6 +33,7 @@ from pydantic import BaseModel, ConfigDict
 from app.api import ApiReply, ApiRequest, InvalidRequestError, Route, guard
 from gcp.aliases import AliasTable
 from gcp.environment import VertexEnvironment
+from gcp.openai_batch import BatchRow, BatchRowError, batch_answer, batch_failure, is_batch_row
 from gcp.shapes import Shape, shape_of
 
 log = logging.getLogger(__name__)
@@ -151,23 +153,44 @@ class PredictRoute:
     def _predict_one(self, request: ApiRequest, instance: Any, parameters: dict[str, Any]) -> Any:
         if not isinstance(instance, dict):
             return _instance_error("each instance must be a JSON object")
+        if "@requestFormat" not in instance and is_batch_row(instance):
+            return self._batch_row(request, instance, parameters)
         instance = {**parameters, **instance}
         route, shape, problem = self._resolve(instance)
         if route is None:
             return _instance_error(problem or "no route")
-        payload = self._payload(instance, shape)
+        reply = self._call(request, route, self._payload(instance, shape))
+        if reply.body is not None:
+            failed = reply.status >= 400
+            return shape.prediction(instance, reply.body) if shape is not None and not failed else reply.body
+        return reply.text
+
+    def _batch_row(self, request: ApiRequest, instance: dict[str, Any], parameters: dict[str, Any]) -> Any:
+        """An OpenAI batch row (gcp/openai_batch.py): ``parameters`` go into its body (the body's own
+        keys win), and the answer is an OpenAI batch output line."""
+        try:
+            row = BatchRow.parse(instance)
+            route = self.aliases.by_path.get(row.path)
+            if route is None:
+                raise BatchRowError("invalid_url", f"no route {row.path} on this server")
+            if route.method != row.method:
+                raise BatchRowError("invalid_method", f"{row.path} takes {route.method}, not {row.method}")
+        except BatchRowError as exc:
+            return batch_failure(instance["custom_id"], exc)
+        reply = self._call(request, route, integral_floats_to_ints({**parameters, **row.body}))
+        return batch_answer(row.custom_id, reply.status, reply.body if reply.body is not None else reply.text)
+
+    def _call(self, request: ApiRequest, route: Route, payload: dict[str, Any]) -> ApiReply:
+        """One instance's request to its route, never streamed (a stream is closed and refused)."""
         if "stream" in payload:
-            payload["stream"] = False
+            payload = {**payload, "stream": False}
         reply = route.handler(request.with_json(payload, path=route.path))
         if reply.stream is not None:
             close = getattr(reply.stream, "close", None)
             if close is not None:
                 close()
-            return _instance_error("predict route does not support streaming responses")
-        if reply.body is not None:
-            failed = reply.status >= 400
-            return shape.prediction(instance, reply.body) if shape is not None and not failed else reply.body
-        return reply.text
+            return ApiReply.error(InvalidRequestError("predict route does not support streaming responses"))
+        return reply
 
 
 def alias_listing(predict: PredictRoute, environment: VertexEnvironment) -> Callable[[ApiRequest], ApiReply]:

@@ -1,7 +1,11 @@
 """A local stand-in for the Vertex AI REST API (v1) that records every request it receives.
 
 It answers model upload, endpoint create/get/delete, deploy and undeploy with finished operations,
-and forwards :predict, :rawPredict and :streamRawPredict to a real container, as Vertex does.
+and forwards :predict, :rawPredict and :streamRawPredict to a real container, as Vertex does. A batch
+prediction job runs as Vertex's batch workers run it: the JSONL input is read from Cloud Storage (the
+emulator), sent to the container's predict route in requests of ``batchSize`` instances with the
+job's ``modelParameters``, and the predictions are written back as ``{"instance", "prediction"}``
+lines.
 """
 
 from __future__ import annotations
@@ -35,6 +39,8 @@ class VertexStandIn:
     endpoints: dict[str, dict[str, Any]] = field(default_factory=dict)
     models: dict[str, dict[str, Any]] = field(default_factory=dict)
     ids: Iterator[int] = field(default_factory=lambda: itertools.count(1000))
+    jobs: dict[str, dict[str, Any]] = field(default_factory=dict)
+    batch_bodies: list[dict[str, Any]] = field(default_factory=list)  # what the batch workers sent
 
     def app(self) -> Flask:
         app = Flask("vertex-standin")
@@ -67,6 +73,14 @@ class VertexStandIn:
             endpoint = {**body, "name": name, "deployedModels": []}
             self.endpoints[name] = endpoint
             return self.operation(parent, "Endpoint", endpoint)
+        if method == "POST" and rest.endswith("/batchPredictionJobs"):
+            name = f"{parent}/batchPredictionJobs/{next(self.ids)}"
+            job = {**body, "name": name, "state": "JOB_STATE_PENDING"}
+            self.jobs[name] = job
+            threading.Thread(target=self.run_batch_job, args=(job,), daemon=True).start()
+            return _json(job)
+        if method == "GET" and rest in self.jobs:
+            return _json(self.jobs[rest])
         invoked = re.match(r"(.*/endpoints/[^/:]+)/invoke(/.*)$", rest)
         if invoked and invoked.group(1) in self.endpoints:
             upstream = requests.post(self.container + invoked.group(2), json=body, stream=True, timeout=120)
@@ -112,6 +126,44 @@ class VertexStandIn:
             return Response(upstream.iter_content(chunk_size=None), status=upstream.status_code,
                             content_type=upstream.headers["Content-Type"])
         return _json({"error": {"code": 404, "message": f"unknown verb {verb}"}}, 404)
+
+
+    def run_batch_job(self, job: dict[str, Any]) -> None:
+        from google.cloud import storage
+
+        client = storage.Client()
+        rows: list[Any] = []
+        for uri in job["inputConfig"]["gcsSource"]["uris"]:
+            bucket, _, path = uri.removeprefix("gs://").partition("/")
+            text = client.bucket(bucket).blob(path).download_as_text()
+            rows.extend(json.loads(line) for line in text.splitlines() if line.strip())
+        job["state"] = "JOB_STATE_RUNNING"
+        size = int(job.get("manualBatchTuningParameters", {}).get("batchSize", 64))
+        lines: list[dict[str, Any]] = []
+        done = failed = 0
+        for start in range(0, len(rows), size):
+            chunk = rows[start:start + size]
+            body: dict[str, Any] = {"instances": chunk}
+            if "modelParameters" in job:
+                body["parameters"] = job["modelParameters"]
+            self.batch_bodies.append(body)
+            answer = requests.post(self.container + "/predict", json=body, timeout=300)
+            if answer.status_code == 200:
+                predictions = answer.json()["predictions"]
+                lines += [{"instance": row, "prediction": p} for row, p in zip(chunk, predictions, strict=True)]
+                done += len(chunk)
+            else:
+                lines += [{"instance": row, "error": {"code": answer.status_code, "message": answer.text}}
+                          for row in chunk]
+                failed += len(chunk)
+        prefix = job["outputConfig"]["gcsDestination"]["outputUriPrefix"].removeprefix("gs://").rstrip("/")
+        bucket, _, folder = prefix.partition("/")
+        directory = f"{folder}/prediction-{job['displayName']}-{next(self.ids)}".lstrip("/")
+        client.bucket(bucket).blob(f"{directory}/prediction.results-00000-of-00001").upload_from_string(
+            "".join(json.dumps(line) + "\n" for line in lines))
+        client.close()
+        job.update(state="JOB_STATE_SUCCEEDED", outputInfo={"gcsOutputDirectory": f"gs://{bucket}/{directory}"},
+                   completionStats={"successfulCount": str(done), "failedCount": str(failed)})
 
 
 def _json(value: Any, status: int = 200) -> Response:

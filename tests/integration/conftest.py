@@ -3,6 +3,7 @@ on 127.0.0.1, started as a user or Vertex AI would start it."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -122,6 +123,32 @@ def start(tmp_dir: Path, args: list[str], env: dict[str, str] | None = None, **w
         server.stop()
         raise
     return server
+
+
+@contextlib.contextmanager
+def storage_emulator() -> Iterator[str]:
+    """gcp-storage-emulator on 127.0.0.1, in memory; STORAGE_EMULATOR_HOST points the
+    google-cloud-storage clients of this process (and of servers started meanwhile) at it."""
+    port = free_port()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "gcp_storage_emulator", "start", "--host", "127.0.0.1", "--port", str(port),
+         "--in-memory"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    host = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            requests.get(host + "/storage/v1/b", timeout=2)
+            break
+        except requests.ConnectionError:
+            time.sleep(0.1)
+    os.environ["STORAGE_EMULATOR_HOST"] = host
+    try:
+        yield host
+    finally:
+        del os.environ["STORAGE_EMULATOR_HOST"]
+        process.terminate()
+        process.wait(10)
 
 
 @pytest.fixture(scope="session")

@@ -3,11 +3,7 @@ google-cloud-storage client: gs:// files, directories, split GGUFs, AIP_STORAGE_
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,48 +17,32 @@ from gguf.scripts.gguf_new_metadata import copy_with_new_metadata, get_field_dat
 import gcp.storage as storage_module
 from app.model_files import embedded_model_path
 from gcp.storage import fetch_model
-from tests.integration.conftest import Server, free_port, launch, start
+from tests.integration.conftest import Server, launch, start, storage_emulator
 
 
 @pytest.fixture(scope="module")
 def emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    port = free_port()
-    process = subprocess.Popen(
-        [sys.executable, "-m", "gcp_storage_emulator", "start", "--host", "127.0.0.1", "--port", str(port),
-         "--in-memory"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )
-    host = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            requests.get(host + "/storage/v1/b", timeout=2)
-            break
-        except requests.ConnectionError:
-            time.sleep(0.1)
-    os.environ["STORAGE_EMULATOR_HOST"] = host
-    from google.cloud import storage
+    with storage_emulator() as host:
+        from google.cloud import storage
 
-    client = storage.Client()
-    bucket = client.create_bucket("models")
-    model = embedded_model_path()
-    bucket.blob("smol/model.gguf").upload_from_filename(str(model))
-    split_dir = tmp_path_factory.mktemp("split")
-    reader = gguf.GGUFReader(str(model))
-    writer = gguf.GGUFWriter(str(split_dir / "smol.gguf"), arch=get_field_data(reader, gguf.Keys.General.ARCHITECTURE),
-                             split_max_tensors=150)
-    copy_with_new_metadata(reader, writer, {}, [])
-    parts = sorted(split_dir.glob("smol-*-of-*.gguf"))
-    assert len(parts) == 2
-    for part in parts:
-        bucket.blob(f"split/{part.name}").upload_from_filename(str(part))
-    bucket.blob("ambiguous/a.gguf").upload_from_string(b"GGUF")
-    bucket.blob("ambiguous/b.gguf").upload_from_string(b"GGUF")
-    bucket.blob("empty/readme.txt").upload_from_string(b"no model here")
-    client.close()  # its HTTP session's sockets
-    yield host
-    del os.environ["STORAGE_EMULATOR_HOST"]
-    process.terminate()
-    process.wait(10)
+        client = storage.Client()
+        bucket = client.create_bucket("models")
+        model = embedded_model_path()
+        bucket.blob("smol/model.gguf").upload_from_filename(str(model))
+        split_dir = tmp_path_factory.mktemp("split")
+        reader = gguf.GGUFReader(str(model))
+        writer = gguf.GGUFWriter(str(split_dir / "smol.gguf"),
+                                 arch=get_field_data(reader, gguf.Keys.General.ARCHITECTURE), split_max_tensors=150)
+        copy_with_new_metadata(reader, writer, {}, [])
+        parts = sorted(split_dir.glob("smol-*-of-*.gguf"))
+        assert len(parts) == 2
+        for part in parts:
+            bucket.blob(f"split/{part.name}").upload_from_filename(str(part))
+        bucket.blob("ambiguous/a.gguf").upload_from_string(b"GGUF")
+        bucket.blob("ambiguous/b.gguf").upload_from_string(b"GGUF")
+        bucket.blob("empty/readme.txt").upload_from_string(b"no model here")
+        client.close()  # its HTTP session's sockets
+        yield host
 
 
 def serve(tmp_path: Path, emulator: str, args: list[str], env: dict[str, str] | None = None) -> Server:

@@ -16,7 +16,7 @@ import requests
 
 from app.settings import OPTIONS
 from gcp.cli import main
-from tests.integration.conftest import ROOT, Server, clean_environment, start
+from tests.integration.conftest import ROOT, Server, clean_environment, start, storage_emulator
 from tests.vertex_standin import RunningStandIn, VertexStandIn
 
 PROJECT = ["--project", "demo", "--region", "us-central1"]
@@ -218,3 +218,74 @@ def test_deploy_warns_when_the_model_was_uploaded_for_the_other_endpoint_kind(
     main(["deploy", *PROJECT, "--api-endpoint", standin.url, "--anonymous", "--model", shared.rsplit("/", 1)[1],
           "--accelerator-type", "none", "--machine-type", "n2-standard-8"])
     assert "warning" not in capsys.readouterr().err  # a shared model on a shared endpoint fits
+
+
+BATCH_ROWS: list[dict[str, Any]] = [
+    {"custom_id": "chat-1", "method": "POST", "url": "/v1/chat/completions",
+     "body": {"model": "any", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4}},
+    {"custom_id": "completion-2", "method": "POST", "url": "/v1/completions",
+     "body": {"prompt": "Once", "max_tokens": 4}},
+    {"custom_id": "embedding-3", "method": "POST", "url": "/embedding", "body": {"content": "hello"}},
+    {"custom_id": "no-route-4", "method": "POST", "url": "/v1/nothing", "body": {}},
+    {"custom_id": "bad-body-5", "url": "/v1/chat/completions", "body": {"messages": []}},
+]
+
+
+def test_batch_predict_runs_openai_batch_rows_from_a_bucket(
+    standin: RunningStandIn, capsys: pytest.CaptureFixture[str], vertex_server: Server
+) -> None:
+    with storage_emulator():
+        from google.cloud import storage
+
+        client = storage.Client()
+        bucket = client.create_bucket("batch")
+        bucket.blob("in/rows.jsonl").upload_from_string("".join(json.dumps(row) + "\n" for row in BATCH_ROWS))
+        model = upload(standin, capsys)["model"]
+        summary = run_tool(standin, capsys, "batch-predict", "--model", model, "--input", "gs://batch/in/rows.jsonl",
+                           "--output", "gs://batch/out", "--batch-size", "2", "--parameters", '{"temperature": 0}',
+                           "--service-account", "batch@demo.iam.gserviceaccount.com", "--machine-type",
+                           "n1-standard-8", "--accelerator-type", "none", "--wait", "--poll-seconds", "0.05")
+        # the job spec the tool sent
+        job = next(call.body for call in standin.standin.calls if call.path.endswith("/batchPredictionJobs"))
+        assert job["model"] == model
+        assert job["inputConfig"] == {"instancesFormat": "jsonl", "gcsSource": {"uris": ["gs://batch/in/rows.jsonl"]}}
+        assert job["outputConfig"] == {"predictionsFormat": "jsonl",
+                                       "gcsDestination": {"outputUriPrefix": "gs://batch/out"}}
+        assert job["dedicatedResources"] == {"machineSpec": {"machineType": "n1-standard-8"},
+                                             "startingReplicaCount": 1, "maxReplicaCount": 1}
+        assert job["manualBatchTuningParameters"] == {"batchSize": 2}
+        assert job["serviceAccount"] == "batch@demo.iam.gserviceaccount.com"
+        # what the batch workers sent the container: instances of at most 2 rows, in order, with the parameters
+        bodies = standin.standin.batch_bodies
+        assert [body["instances"] for body in bodies] == [BATCH_ROWS[0:2], BATCH_ROWS[2:4], BATCH_ROWS[4:5]]
+        assert all(body["parameters"] == {"temperature": 0} for body in bodies)
+        # the summary --wait prints, and the output it names
+        assert summary["state"] == "JOB_STATE_SUCCEEDED" and summary["error"] is None
+        assert (summary["rows"], summary["successful"], summary["failed"]) == (5, 5, 0)
+        output = summary["output"].removeprefix("gs://batch/") + "/prediction.results-00000-of-00001"
+        lines = [json.loads(line) for line in bucket.blob(output).download_as_text().splitlines()]
+        client.close()
+    assert [line["instance"] for line in lines] == BATCH_ROWS
+    answers = [line["prediction"] for line in lines]
+    assert [answer["custom_id"] for answer in answers] == [row["custom_id"] for row in BATCH_ROWS]
+    chat, completion, embedding, no_route, bad_body = answers
+    assert chat["response"]["status_code"] == 200 and chat["error"] is None
+    assert chat["response"]["body"]["object"] == "chat.completion"
+    assert chat["response"]["body"]["usage"]["completion_tokens"] <= 4
+    assert completion["response"]["body"]["object"] == "text_completion"
+    direct = requests.post(vertex_server.url("/embedding"), json={"content": "hello", "temperature": 0}, timeout=60)
+    assert embedding["response"]["status_code"] == direct.status_code == 200
+    assert embedding["response"]["body"] == direct.json()  # a row is answered as its route answers
+    assert no_route["response"] is None and no_route["error"]["code"] == "invalid_url"
+    assert bad_body["response"]["status_code"] == 400 and "messages" in bad_body["response"]["body"]["error"]["message"]
+
+
+def test_batch_predict_refuses_a_batch_the_container_would_not_take(
+    standin: RunningStandIn, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        run_tool(standin, capsys, "batch-predict", "--model", "1", "--input", "gs://b/rows.jsonl", "--output",
+                 "gs://b/out", "--batch-size", "129")
+    assert exited.value.code == 2
+    assert "--batch-size 129: the container takes 1 to 128 instances a request" in capsys.readouterr().err
+    assert not standin.standin.calls

@@ -303,3 +303,63 @@ def bind_routes_for_listing() -> list[Route]:
     """The real endpoint table's shape (method, path, name), each answering its own path."""
     return [replace(fake_route(spec.method, spec.path, spec.handler.__name__, {"path": spec.path}),
                     streams=spec.streams) for spec in ROUTES]
+
+
+def test_openai_batch_rows_are_answered_in_order_as_openai_batch_output(pool: ThreadPoolExecutor) -> None:
+    def refuse(request: ApiRequest) -> ApiReply:
+        raise InvalidRequestError("input is required")
+
+    routes = [fake_route("GET", "/health", "get_health", {"status": "ok"}),
+              fake_route("POST", "/v1/chat/completions", "chat"),
+              fake_route("POST", "/v1/completions", "completions"),
+              Route("POST", "/v1/embeddings", "embeddings", guard(refuse))]
+    predict = predict_route(routes, pool)
+    rows = [
+        {"custom_id": "a", "method": "POST", "url": "/v1/chat/completions",
+         "body": {"messages": [], "max_tokens": 5.0}},
+        {"custom_id": "b", "url": "/v1/completions?x=1", "body": {"prompt": "p", "temperature": 0.5}},
+        {"custom_id": "c", "method": "POST", "url": "/v1/embeddings", "body": {}},
+        {"custom_id": "d", "method": "POST", "url": "/v1/nothing", "body": {}},
+        {"custom_id": "e", "method": "POST", "url": "/health", "body": {}},
+        {"custom_id": "f", "method": "POST", "url": "/v1/completions", "body": "text"},
+        {"@requestFormat": "health", "custom_id": "g", "url": "/v1/completions", "body": {}},
+    ]
+    predictions = call(predict, {"instances": rows, "parameters": {"temperature": 0.0, "max_tokens": 9}}).body[
+        "predictions"]
+    assert [p.get("custom_id") for p in predictions[:6]] == ["a", "b", "c", "d", "e", "f"]
+    first = predictions[0]
+    assert first["id"].startswith("batch_req_") and first["error"] is None
+    assert first["response"]["status_code"] == 200 and first["response"]["request_id"]
+    # parameters go into the body, the body's own keys win, integral floats become integers
+    assert first["response"]["body"] == {"handled_by": "chat", "body": {"messages": [], "max_tokens": 5,
+                                                                        "temperature": 0.0}}
+    assert predictions[1]["response"]["body"]["body"] == {"prompt": "p", "temperature": 0.5, "max_tokens": 9}
+    refused = predictions[2]["response"]
+    assert refused["status_code"] == 400 and refused["body"]["error"]["message"] == "input is required"
+    assert predictions[3]["response"] is None and predictions[3]["error"]["code"] == "invalid_url"
+    assert predictions[4]["error"] == {"code": "invalid_method", "message": "/health takes GET, not POST"}
+    assert predictions[5]["error"]["code"] == "invalid_request"
+    assert predictions[6] == {"status": "ok"}  # @requestFormat comes first
+
+
+def test_waiting_for_a_batch_job_reports_each_change_until_it_ends() -> None:
+    from google.cloud import aiplatform_v1 as v1
+
+    from gcp.batch import job_summary, wait_for_job
+
+    def job(state: str, done: int) -> v1.BatchPredictionJob:
+        return v1.BatchPredictionJob(name="projects/p/locations/r/batchPredictionJobs/1", state=state,
+                                     completion_stats=v1.CompletionStats(successful_count=done))
+
+    answers = iter([job("JOB_STATE_PENDING", 0), job("JOB_STATE_RUNNING", 0), job("JOB_STATE_RUNNING", 0),
+                    job("JOB_STATE_RUNNING", 64), job("JOB_STATE_SUCCEEDED", 100)])
+    slept: list[float] = []
+    reported: list[tuple[str, int]] = []
+    final = wait_for_job(lambda: next(answers), 30, slept.append,
+                         lambda seen: reported.append((seen.state.name, seen.completion_stats.successful_count)))
+    assert slept == [30, 30, 30, 30]  # simulated time: 2 minutes of polling, no real waiting
+    assert reported == [("JOB_STATE_PENDING", 0), ("JOB_STATE_RUNNING", 0), ("JOB_STATE_RUNNING", 64),
+                        ("JOB_STATE_SUCCEEDED", 100)]
+    assert job_summary(final) == {"job": "projects/p/locations/r/batchPredictionJobs/1", "state": "JOB_STATE_SUCCEEDED",
+                                  "rows": 100, "successful": 100, "failed": 0, "incomplete": 0, "output": None,
+                                  "error": None}
