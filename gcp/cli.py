@@ -5,6 +5,7 @@
     python -m gcp predict --project P --region R --endpoint ENDPOINT_ID --instances '[...]'
     python -m gcp raw-predict | stream-raw-predict --endpoint ENDPOINT_ID --body '{...}'
     python -m gcp invoke --endpoint ENDPOINT_ID --path /v1/chat/completions --body '{...}' [--stream]
+    python -m gcp status --project P --region R --endpoint ENDPOINT_ID
     python -m gcp undeploy --project P --region R --endpoint ENDPOINT_ID [--delete-endpoint]
     python -m gcp batch-predict --project P --region R --model MODEL_ID --input gs://b/rows.jsonl \
         --output gs://b/out/ [--batch-size 64] [--wait]
@@ -16,12 +17,13 @@ nothing.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from collections.abc import Sequence
 from typing import Any
 
-from gcp import batch, deploy
+from gcp import batch, deploy, operations, status
 
 # Container settings a deployment commonly sets, as the LLAMA_ARG_* variables the container reads.
 SETTING_FLAGS = {
@@ -50,6 +52,16 @@ def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--api-endpoint", help="override the API host (default: REGION-aiplatform.googleapis.com)")
     parser.add_argument("--anonymous", action="store_true", help="no credentials (for local stand-ins of the API)")
     parser.add_argument("--dry-run", action="store_true", help="print the API requests, send nothing")
+
+
+def _machine_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--machine-type", default="g2-standard-8", help="the replicas' machine type")
+    parser.add_argument("--accelerator-type", default="NVIDIA_L4", help="e.g. NVIDIA_L4, NVIDIA_H100_80GB; 'none'")
+    parser.add_argument("--accelerator-count", type=int, default=1, help="accelerators a replica")
+
+
+def _accelerator_type(args: argparse.Namespace) -> str | None:
+    return None if args.accelerator_type.lower() == "none" else str(args.accelerator_type)
 
 
 def _json_arg(text: str) -> Any:
@@ -98,16 +110,31 @@ def build_parser() -> argparse.ArgumentParser:
     dep.add_argument("--model", required=True, help="model id or resource name")
     dep.add_argument("--endpoint", help="an existing endpoint id or resource name to reuse")
     dep.add_argument("--endpoint-display-name", default="vertex-llama", help="a new endpoint's display name")
-    dep.add_argument("--machine-type", default="g2-standard-8", help="the replicas' machine type")
-    dep.add_argument("--accelerator-type", default="NVIDIA_L4", help="e.g. NVIDIA_L4, NVIDIA_H100_80GB; 'none'")
-    dep.add_argument("--accelerator-count", type=int, default=1, help="accelerators a replica")
+    _machine_flags(dep)
     dep.add_argument("--min-replicas", type=int, default=1, help="replicas at the least")
     dep.add_argument("--max-replicas", type=int, default=1, help="replicas at the most (autoscaling above min)")
+    dep.add_argument("--required-replica-count", type=int,
+                     help="replicas that must be up for the deployment to succeed (default: --min-replicas)")
     dep.add_argument("--cpu-target", type=int, help="autoscale on CPU utilisation (percent)")
     dep.add_argument("--gpu-target", type=int, help="autoscale on accelerator duty cycle (percent)")
+    dep.add_argument("--autoscale-metric", choices=tuple(deploy.AUTOSCALE_METRICS),
+                     help="autoscale on this metric (queue: the container's vllm:num_requests_waiting)")
+    dep.add_argument("--autoscale-target", type=int, default=60,
+                     help="the --autoscale-metric target (percent, or requests per replica)")
     dep.add_argument("--dedicated", action="store_true", help="a dedicated endpoint (10 MB bodies, SSE)")
     dep.add_argument("--streaming", action="store_true", help="needs streamRawPredict: implies --dedicated")
-    dep.add_argument("--timeout", type=int, default=60, help="inference timeout in seconds (> 60: dedicated)")
+    dep.add_argument("--timeout", type=int,
+                     help="the dedicated endpoint's inference timeout, 1-3600 s (over 60: dedicated; "
+                          "default: Vertex AI's 600 s on a dedicated endpoint)")
+    dep.add_argument("--deployed-model-display-name", help="default: the model's display name")
+    dep.add_argument("--service-account", help="the account the replicas run as (a model or adapters in your "
+                                                "own bucket need it to read them); default: Vertex AI's")
+    dep.add_argument("--spot", action="store_true", help="run the replicas on Spot VMs (cheaper, preemptible)")
+
+    stat = commands.add_parser("status", help="an endpoint's deployed models, replicas, traffic and running "
+                                              "operations", formatter_class=DefaultsHelpFormatter)
+    _common(stat)
+    stat.add_argument("--endpoint", required=True, help="the endpoint id or resource name")
 
     for name, help_text in (("predict", "send {instances, parameters} to :predict"),
                             ("raw-predict", "send a body to :rawPredict"),
@@ -150,9 +177,7 @@ def _add_batch_parser(commands: Any) -> None:
     batch_parser.add_argument("--output", required=True,
                               help="a gs:// prefix (JSONL predictions) or bq://PROJECT[.DATASET] (a table)")
     batch_parser.add_argument("--display-name", default="vertex-llama-batch", help="the job's display name")
-    batch_parser.add_argument("--machine-type", default="g2-standard-8", help="the replicas' machine type")
-    batch_parser.add_argument("--accelerator-type", default="NVIDIA_L4", help="e.g. NVIDIA_L4; 'none'")
-    batch_parser.add_argument("--accelerator-count", type=int, default=1, help="accelerators a replica")
+    _machine_flags(batch_parser)
     batch_parser.add_argument("--starting-replicas", type=int, default=1, help="replicas the job starts with")
     batch_parser.add_argument("--max-replicas", type=int, default=1, help="replicas at the most")
     batch_parser.add_argument("--batch-size", type=int, default=batch.DEFAULT_BATCH_SIZE,
@@ -189,15 +214,28 @@ def _upload(args: argparse.Namespace, target: deploy.Target) -> None:
     _print({"model": deploy.Vertex(target).upload(request)})
 
 
-def _deploy(args: argparse.Namespace, target: deploy.Target) -> None:
-    spec = deploy.DeploySpec(
+def _deploy_spec(args: argparse.Namespace) -> deploy.DeploySpec:
+    shortcuts = (("cpu", args.cpu_target), ("gpu-duty-cycle", args.gpu_target))
+    autoscaling = [(metric, target) for metric, target in shortcuts if target]
+    if args.autoscale_metric:
+        autoscaling.append((args.autoscale_metric, args.autoscale_target))
+    return deploy.DeploySpec(
         model=args.model, endpoint=args.endpoint, endpoint_display_name=args.endpoint_display_name,
-        machine_type=args.machine_type,
-        accelerator_type=None if args.accelerator_type.lower() == "none" else args.accelerator_type,
+        deployed_display_name=args.deployed_model_display_name, machine_type=args.machine_type,
+        accelerator_type=_accelerator_type(args),
         accelerator_count=args.accelerator_count, min_replicas=args.min_replicas, max_replicas=args.max_replicas,
-        cpu_target=args.cpu_target, gpu_target=args.gpu_target, dedicated=args.dedicated,
-        streaming=args.streaming, timeout_s=args.timeout,
-    )
+        required_replicas=args.required_replica_count, autoscaling=tuple(autoscaling), dedicated=args.dedicated,
+        streaming=args.streaming, timeout_s=args.timeout, service_account=args.service_account, spot=args.spot,
+    ).checked()
+
+
+def _status_command(target: deploy.Target, endpoint_name: str) -> str:
+    return (f"python -m gcp status --project {target.project} --region {target.region} "
+            f"--endpoint {endpoint_name.rsplit('/', 1)[-1]}")
+
+
+def _deploy(args: argparse.Namespace, target: deploy.Target) -> None:
+    spec = _deploy_spec(args)
     if args.dry_run:
         if not spec.endpoint:
             _dry("EndpointService.CreateEndpoint", deploy.create_endpoint_request(target, spec))
@@ -205,20 +243,45 @@ def _deploy(args: argparse.Namespace, target: deploy.Target) -> None:
         _dry("EndpointService.DeployModel", deploy.deploy_request(target, spec, name))
         return
     vertex = deploy.Vertex(target)
+    model = vertex.get_model(target.model_name(spec.model))
+    spec = dataclasses.replace(spec, invoke=bool(model.container_spec.invoke_route_prefix),
+                               deployed_display_name=spec.deployed_display_name or model.display_name or None)
     if spec.endpoint:
         endpoint = vertex.get_endpoint(target.endpoint_name(spec.endpoint))
+        spec.check_endpoint(endpoint)
         dedicated = bool(endpoint.dedicated_endpoint_enabled)
         timeout = endpoint.client_connection_config.inference_timeout.total_seconds() if dedicated else 60
     else:
         endpoint, dedicated, timeout = None, spec.wants_dedicated, spec.timeout_s
-    problem = deploy.kind_mismatch(vertex.model_env(target.model_name(spec.model)), dedicated, int(timeout or 600))
+    problem = deploy.kind_mismatch(deploy.model_env(model), dedicated, int(timeout or 600))
     if problem:
         print(f"warning: {problem}", file=sys.stderr)
     if endpoint is None:
         endpoint = vertex.create_endpoint(deploy.create_endpoint_request(target, spec))
-    deployed_id = vertex.deploy(deploy.deploy_request(target, spec, endpoint.name))
-    _print({"endpoint": endpoint.name, "deployed_model_id": deployed_id,
-            "dedicated_endpoint_dns": endpoint.dedicated_endpoint_dns or None})
+    print(f"endpoint {endpoint.name}\n  {status.console_url(target, endpoint.name)}", file=sys.stderr)
+    wait_s = operations.deployment_wait_seconds(model.container_spec.deployment_timeout.total_seconds()
+                                                or deploy.MAX_DEPLOYMENT_TIMEOUT_S)
+    started = operations.CLOCK()
+    progress = lambda: print(f"deploying ({operations.CLOCK() - started:.0f} s)", file=sys.stderr)  # noqa: E731
+    try:
+        deployed = operations.wait_for(vertex.start_deploy(deploy.deploy_request(target, spec, endpoint.name)),
+                                       wait_s, progress)
+    except operations.OperationTimeoutError:
+        sys.stderr.write(f"python -m gcp deploy: the deployment to {endpoint.name} is still running after "
+                         f"{wait_s:.0f} s (the model's deployment timeout plus {operations.PROVISIONING_MARGIN_S} s "
+                         f"to provision the machine); it goes on at Vertex AI. Follow it with:\n  "
+                         f"{_status_command(target, endpoint.name)}\n")
+        sys.exit(3)
+    _print({"endpoint": endpoint.name, "deployed_model_id": deployed.deployed_model.id,
+            "dedicated_endpoint_dns": endpoint.dedicated_endpoint_dns or None,
+            "console": status.console_url(target, endpoint.name)})
+
+
+def _status(args: argparse.Namespace, target: deploy.Target) -> None:
+    name = target.endpoint_name(args.endpoint)
+    vertex = deploy.Vertex(target)
+    _print({**status.endpoint_status(vertex.get_endpoint(name), vertex.operations_in_flight(name)),
+            "console": status.console_url(target, name)})
 
 
 def _predict(args: argparse.Namespace, target: deploy.Target) -> None:
@@ -273,7 +336,7 @@ def _batch_predict(args: argparse.Namespace, target: deploy.Target) -> None:
     spec = batch.BatchSpec(
         model=args.model, inputs=batch.input_uris(args.input), output=args.output, display_name=args.display_name,
         input_format=args.input_format, machine_type=args.machine_type,
-        accelerator_type=None if args.accelerator_type.lower() == "none" else args.accelerator_type,
+        accelerator_type=_accelerator_type(args),
         accelerator_count=args.accelerator_count, starting_replicas=args.starting_replicas,
         max_replicas=args.max_replicas, batch_size=args.batch_size, service_account=args.service_account,
         parameters=args.parameters)
@@ -301,9 +364,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     target = deploy.Target(args.project, args.region, args.api_endpoint, args.anonymous)
     handlers = {"upload": _upload, "deploy": _deploy, "predict": _predict, "raw-predict": _predict,
                 "stream-raw-predict": _predict, "invoke": _predict, "undeploy": _undeploy,
-                "batch-predict": _batch_predict}
+                "batch-predict": _batch_predict, "status": _status}
     try:
         handlers[args.command](args, target)
+    except deploy.DeploySpecError as exc:
+        sys.stderr.write(f"python -m gcp {args.command}: {exc}\n")
+        sys.exit(2)
     except Exception as exc:
         sys.stderr.write(f"python -m gcp {args.command}: {type(exc).__name__}: {exc}\n")
         sys.exit(1)

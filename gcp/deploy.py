@@ -8,6 +8,7 @@ and a startup probe that waits for the model (``python -m gcp.probe``).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,6 +19,7 @@ from google.api_core.client_options import ClientOptions
 from google.auth.credentials import AnonymousCredentials, Credentials
 from google.auth.transport.requests import AuthorizedSession
 from google.cloud import aiplatform_v1 as v1
+from google.longrunning import operations_pb2
 from google.protobuf import duration_pb2, json_format
 
 PREDICT_ROUTE = "/predict"
@@ -66,8 +68,12 @@ class UploadSpec:
     deployment_timeout_s: int = 3600
     probe_period_s: int = 10
     probe_timeout_s: int = 5
-    probe_failures: int = 360
     invoke: bool = False  # invokeRoutePrefix "/*": every container path under .../invoke/ (no :predict)
+
+    @property
+    def probe_failures(self) -> int:
+        """The startup probe may fail for the whole deployment timeout (the model's download and load)."""
+        return max(1, math.ceil(self.deployment_timeout_s / self.probe_period_s))
 
 
 # Vertex AI's limits per endpoint kind, which the container cannot tell from its environment.
@@ -87,6 +93,10 @@ def endpoint_limits(kind: str, inference_timeout_s: int = 600) -> dict[str, str]
         return {"LLAMA_ARG_PREDICT_DEADLINE": str(max(1, inference_timeout_s - DEADLINE_MARGIN_S)),
                 "LLAMA_ARG_MAX_RESPONSE_BYTES": str(DEDICATED_RESPONSE_BYTES)}
     raise ValueError(f"unknown endpoint kind {kind!r}: shared or dedicated")
+
+
+def model_env(model: v1.Model) -> dict[str, str]:
+    return {item.name: item.value for item in model.container_spec.env}
 
 
 def kind_mismatch(model_env: dict[str, str], dedicated: bool, timeout_s: int) -> str | None:
@@ -136,31 +146,77 @@ def upload_request(target: Target, spec: UploadSpec) -> v1.UploadModelRequest:
     return v1.UploadModelRequest(parent=target.parent, model=model)
 
 
+# --autoscale-metric: the metric Vertex AI scales replicas on. ``queue`` is the container's
+# vllm:num_requests_waiting, which Vertex AI's AutoMetrics export to Cloud Monitoring under this name.
+AUTOSCALE_METRICS = {
+    "cpu": "aiplatform.googleapis.com/prediction/online/cpu/utilization",
+    "gpu-duty-cycle": "aiplatform.googleapis.com/prediction/online/accelerator/duty_cycle",
+    "request-count": "aiplatform.googleapis.com/prediction/online/request_count",
+    "queue": "prometheus.googleapis.com/vertex_vllm_num_requests_waiting",
+}
+MAX_INFERENCE_TIMEOUT_S = 3600
+MAX_DEPLOYMENT_TIMEOUT_S = 7200
+
+
+class DeploySpecError(ValueError):
+    """Deploy flags that cannot make a deployment; the message names them and the fix."""
+
+
 @dataclass(frozen=True)
 class DeploySpec:
     model: str
     endpoint: str | None = None
     endpoint_display_name: str = "vertex-llama"
+    deployed_display_name: str | None = None  # default: the model's display name
     machine_type: str = "g2-standard-8"
     accelerator_type: str | None = "NVIDIA_L4"
     accelerator_count: int = 1
     min_replicas: int = 1
     max_replicas: int = 1
-    cpu_target: int | None = None
-    gpu_target: int | None = None
+    required_replicas: int | None = None
+    autoscaling: tuple[tuple[str, int], ...] = ()  # (AUTOSCALE_METRICS key, target)
     dedicated: bool = False
     streaming: bool = False
-    timeout_s: int = 60
+    invoke: bool = False  # the model has invoke routes (upload --invoke)
+    timeout_s: int | None = None  # the dedicated endpoint's inference timeout; None: Vertex's default (600 s)
+    service_account: str | None = None
+    spot: bool = False
 
     @property
     def wants_dedicated(self) -> bool:
-        """Streaming and inference timeouts past 60 s need a dedicated endpoint."""
-        return self.dedicated or self.streaming or self.timeout_s > DEDICATED_TIMEOUT_THRESHOLD_S
+        """Streaming, invoke routes and inference timeouts past 60 s need a dedicated endpoint."""
+        return (self.dedicated or self.streaming or self.invoke
+                or (self.timeout_s is not None and self.timeout_s > DEDICATED_TIMEOUT_THRESHOLD_S))
+
+    def checked(self) -> DeploySpec:
+        if self.timeout_s is not None and not 1 <= self.timeout_s <= MAX_INFERENCE_TIMEOUT_S:
+            raise DeploySpecError(f"--timeout {self.timeout_s}: an inference timeout is 1 to "
+                                  f"{MAX_INFERENCE_TIMEOUT_S} seconds")
+        if not 1 <= self.min_replicas <= self.max_replicas:
+            raise DeploySpecError("--min-replicas must be at least 1 and at most --max-replicas")
+        if self.required_replicas is not None and not 1 <= self.required_replicas <= self.min_replicas:
+            raise DeploySpecError("--required-replica-count must be at least 1 and at most --min-replicas")
+        for metric, target in self.autoscaling:
+            if metric not in AUTOSCALE_METRICS:
+                raise DeploySpecError(f"--autoscale-metric {metric}: one of {', '.join(AUTOSCALE_METRICS)}")
+            if target < 1:
+                raise DeploySpecError(f"the {metric} autoscaling target must be at least 1")
+        return self
+
+    def check_endpoint(self, endpoint: v1.Endpoint) -> None:
+        """An existing endpoint must be dedicated where the deployment needs one."""
+        if endpoint.dedicated_endpoint_enabled or not self.wants_dedicated:
+            return
+        needs = ("--streaming (streamRawPredict)" if self.streaming else "invoke routes (upload --invoke)"
+                 if self.invoke else "--dedicated" if self.dedicated else f"--timeout {self.timeout_s}")
+        raise DeploySpecError(
+            f"{needs} needs a dedicated endpoint, and {endpoint.name} is a shared one: deploy without --endpoint "
+            "to create a dedicated endpoint, or name a dedicated one")
 
 
 def create_endpoint_request(target: Target, spec: DeploySpec) -> v1.CreateEndpointRequest:
     endpoint = v1.Endpoint(display_name=spec.endpoint_display_name, dedicated_endpoint_enabled=spec.wants_dedicated)
-    if spec.wants_dedicated:
+    if spec.wants_dedicated and spec.timeout_s is not None:
         endpoint.client_connection_config = v1.ClientConnectionConfig(
             inference_timeout=duration_pb2.Duration(seconds=spec.timeout_s))
     return v1.CreateEndpointRequest(parent=target.parent, endpoint=endpoint)
@@ -177,19 +233,19 @@ def machine_spec(machine_type: str, accelerator_type: str | None, accelerator_co
 
 def deploy_request(target: Target, spec: DeploySpec, endpoint_name: str) -> v1.DeployModelRequest:
     machine = machine_spec(spec.machine_type, spec.accelerator_type, spec.accelerator_count)
-    metrics = []
-    if spec.cpu_target:
-        metrics.append(v1.AutoscalingMetricSpec(
-            metric_name="aiplatform.googleapis.com/prediction/online/cpu/utilization", target=spec.cpu_target))
-    if spec.gpu_target:
-        metrics.append(v1.AutoscalingMetricSpec(
-            metric_name="aiplatform.googleapis.com/prediction/online/accelerator/duty_cycle", target=spec.gpu_target))
+    metrics = [v1.AutoscalingMetricSpec(metric_name=AUTOSCALE_METRICS[metric], target=target)
+               for metric, target in spec.autoscaling]
     resources = v1.DedicatedResources(
         machine_spec=machine, min_replica_count=spec.min_replicas, max_replica_count=spec.max_replicas,
-        autoscaling_metric_specs=metrics,
+        autoscaling_metric_specs=metrics, spot=spec.spot,
     )
-    deployed = v1.DeployedModel(model=target.model_name(spec.model), display_name=spec.endpoint_display_name,
+    if spec.required_replicas is not None:
+        resources.required_replica_count = spec.required_replicas
+    deployed = v1.DeployedModel(model=target.model_name(spec.model),
+                                display_name=spec.deployed_display_name or spec.model.rsplit("/", 1)[-1],
                                 dedicated_resources=resources)
+    if spec.service_account:
+        deployed.service_account = spec.service_account
     return v1.DeployModelRequest(endpoint=endpoint_name, deployed_model=deployed, traffic_split={"0": 100})
 
 
@@ -265,9 +321,8 @@ class Vertex:
     def upload(self, request: v1.UploadModelRequest) -> str:
         return str(self.models.upload_model(request=request).result().model)
 
-    def model_env(self, name: str) -> dict[str, str]:
-        model = self.models.get_model(name=name)
-        return {item.name: item.value for item in model.container_spec.env}
+    def get_model(self, name: str) -> v1.Model:
+        return self.models.get_model(name=name)
 
     def create_endpoint(self, request: v1.CreateEndpointRequest) -> v1.Endpoint:
         return self.endpoints.create_endpoint(request=request).result()
@@ -275,8 +330,13 @@ class Vertex:
     def get_endpoint(self, name: str) -> v1.Endpoint:
         return self.endpoints.get_endpoint(name=name)
 
-    def deploy(self, request: v1.DeployModelRequest) -> str:
-        return str(self.endpoints.deploy_model(request=request).result().deployed_model.id)
+    def start_deploy(self, request: v1.DeployModelRequest) -> Any:
+        """The deployment's long-running operation (gcp/operations.py waits on it)."""
+        return self.endpoints.deploy_model(request=request)
+
+    def operations_in_flight(self, endpoint_name: str) -> list[dict[str, Any]]:
+        listed = self.endpoints.list_operations(request=operations_pb2.ListOperationsRequest(name=endpoint_name))
+        return [json_format.MessageToDict(operation) for operation in listed.operations if not operation.done]
 
     def undeploy(self, request: v1.UndeployModelRequest) -> None:
         self.endpoints.undeploy_model(request=request).result()

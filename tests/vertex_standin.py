@@ -41,14 +41,17 @@ class VertexStandIn:
     ids: Iterator[int] = field(default_factory=lambda: itertools.count(1000))
     jobs: dict[str, dict[str, Any]] = field(default_factory=dict)
     batch_bodies: list[dict[str, Any]] = field(default_factory=list)  # what the batch workers sent
+    deploy_polls: int = 0  # how many polls a deployment stays running (0: done at once)
+    running: dict[str, dict[str, Any]] = field(default_factory=dict)  # operations in flight, by name
 
     def app(self) -> Flask:
         app = Flask("vertex-standin")
 
         @app.route("/v1/<path:rest>", methods=["GET", "POST", "DELETE"])
+        @app.route("/ui/<path:rest>", methods=["GET"])  # the SDK's REST transport polls operations here
         def api(rest: str) -> Response:
             body = request.get_json(silent=True)
-            self.calls.append(Recorded(request.method, "/v1/" + rest, body))
+            self.calls.append(Recorded(request.method, request.path, body))
             return self.dispatch(request.method, rest, body)
 
         return app
@@ -81,6 +84,12 @@ class VertexStandIn:
             return _json(job)
         if method == "GET" and rest in self.jobs:
             return _json(self.jobs[rest])
+        if method == "GET" and rest in self.running:
+            return _json(self.poll(rest))
+        listed = re.match(r"(.*/endpoints/[^/:]+)/operations$", rest)
+        if method == "GET" and listed:
+            return _json({"operations": [item["operation"] for item in self.running.values()
+                                         if item["operation"]["name"].startswith(listed.group(1) + "/")]})
         invoked = re.match(r"(.*/endpoints/[^/:]+)/invoke(/.*)$", rest)
         if invoked and invoked.group(1) in self.endpoints:
             upstream = requests.post(self.container + invoked.group(2), json=body, stream=True, timeout=120)
@@ -101,8 +110,13 @@ class VertexStandIn:
                           "response": {"@type": "type.googleapis.com/google.protobuf.Empty"}})
         if verb == "deployModel":
             deployed = {**body["deployedModel"], "id": str(next(self.ids))}
-            endpoint["deployedModels"].append(deployed)
-            return self.operation(parent, "DeployModelResponse", {"deployedModel": deployed})
+            if not self.deploy_polls:
+                endpoint["deployedModels"].append(deployed)
+                return self.operation(parent, "DeployModelResponse", {"deployedModel": deployed})
+            operation: dict[str, Any] = {"name": f"{name}/operations/{next(self.ids)}", "done": False}
+            self.running[operation["name"]] = {"operation": operation, "polls": self.deploy_polls,
+                                               "endpoint": endpoint, "deployed": deployed}
+            return _json(operation)
         if verb == "undeployModel":
             endpoint["deployedModels"] = [m for m in endpoint["deployedModels"] if m["id"] != body["deployedModelId"]]
             return self.operation(parent, "UndeployModelResponse", {})
@@ -127,6 +141,17 @@ class VertexStandIn:
                             content_type=upstream.headers["Content-Type"])
         return _json({"error": {"code": 404, "message": f"unknown verb {verb}"}}, 404)
 
+
+    def poll(self, name: str) -> dict[str, Any]:
+        """One poll of a running deployment: after ``deploy_polls`` of them it is done and deployed."""
+        item = self.running[name]
+        item["polls"] -= 1
+        if item["polls"] <= 0:
+            item["endpoint"]["deployedModels"].append(item["deployed"])
+            del self.running[name]
+            return {"name": name, "done": True,
+                    "response": {"@type": TYPE + "DeployModelResponse", "deployedModel": item["deployed"]}}
+        return dict(item["operation"])
 
     def run_batch_job(self, job: dict[str, Any]) -> None:
         from google.cloud import storage

@@ -4,6 +4,7 @@ real container."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import sys
@@ -15,6 +16,7 @@ import pytest
 import requests
 
 from app.settings import OPTIONS
+from gcp import operations
 from gcp.cli import main
 from tests.integration.conftest import ROOT, Server, clean_environment, start, storage_emulator
 from tests.vertex_standin import RunningStandIn, VertexStandIn
@@ -289,3 +291,117 @@ def test_batch_predict_refuses_a_batch_the_container_would_not_take(
     assert exited.value.code == 2
     assert "--batch-size 129: the container takes 1 to 128 instances a request" in capsys.readouterr().err
     assert not standin.standin.calls
+
+
+@pytest.fixture
+def simulated_clock(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """The deploy wait's clock, advanced by its sleeps: many minutes pass at once."""
+    now = [0.0]
+    monkeypatch.setattr(operations, "CLOCK", lambda: now[0])
+    monkeypatch.setattr(operations, "SLEEP", lambda seconds: now.__setitem__(0, now[0] + seconds))
+    return now
+
+
+def tool(standin: RunningStandIn, capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[str, str]:
+    main([argv[0], *PROJECT, "--api-endpoint", standin.url, "--anonymous", *argv[1:]])
+    captured = capsys.readouterr()
+    return captured.out, captured.err
+
+
+def test_a_deploy_that_outlasts_15_minutes_still_finishes_and_prints_the_endpoint_first(
+    standin: RunningStandIn, capsys: pytest.CaptureFixture[str], simulated_clock: list[float]
+) -> None:
+    model = upload(standin, capsys)["model"]
+    standin.standin.deploy_polls = 80  # 80 polls, 15 s apart: 20 minutes
+    out, err = tool(standin, capsys, "deploy", "--model", model, "--machine-type", "n1-standard-8",
+                    "--accelerator-type", "none")
+    assert simulated_clock[0] >= 15 * 60
+    result = json.loads(out)
+    endpoint = result["endpoint"]
+    assert result["deployed_model_id"] and endpoint in err
+    assert err.index(endpoint) < err.index("deploying (")  # the endpoint is told before the wait
+    assert result["console"] == ("https://console.cloud.google.com/vertex-ai/online-prediction/locations/"
+                                 f"us-central1/endpoints/{endpoint.rsplit('/', 1)[-1]}?project=demo")
+    deployed = next(c.body for c in standin.standin.calls if c.path.endswith(":deployModel"))["deployedModel"]
+    assert deployed["displayName"] == "vertex-llama"  # the model's own, not the endpoint's
+    created = next(c.body for c in standin.standin.calls if c.path.endswith("/endpoints") and c.method == "POST")
+    assert "clientConnectionConfig" not in created  # no --timeout: Vertex AI's default
+
+
+def test_a_deploy_past_its_deployment_timeout_exits_with_the_command_to_follow_it(
+    standin: RunningStandIn, capsys: pytest.CaptureFixture[str], simulated_clock: list[float]
+) -> None:
+    model = run_tool(standin, capsys, "upload", "--image", "img", "--deployment-timeout", "600")["model"]
+    standin.standin.deploy_polls = 1000
+    with pytest.raises(SystemExit) as exited:
+        tool(standin, capsys, "deploy", "--model", model, "--accelerator-type", "none")
+    assert exited.value.code == 3
+    err = capsys.readouterr().err
+    assert simulated_clock[0] == pytest.approx(600 + operations.PROVISIONING_MARGIN_S, abs=15)
+    endpoint = next(iter(standin.standin.endpoints))
+    follow = f"python -m gcp status --project demo --region us-central1 --endpoint {endpoint.rsplit('/', 1)[-1]}"
+    assert follow in err and "Traceback" not in err
+    state = run_tool(standin, capsys, "status", "--endpoint", endpoint.rsplit("/", 1)[-1])
+    assert state["endpoint"] == endpoint and state["deployed_models"] == []
+    assert [op["name"] for op in state["operations_in_flight"]] == list(standin.standin.running)
+
+
+def test_deploy_flags_for_real_deployments(standin: RunningStandIn, capsys: pytest.CaptureFixture[str]) -> None:
+    requests_sent = [json.loads(part) for part in run_tool(
+        standin, capsys, "deploy", "--model", "7", "--spot", "--service-account", "sa@demo.iam.gserviceaccount.com",
+        "--min-replicas", "2", "--max-replicas", "4", "--required-replica-count", "1", "--autoscale-metric", "queue",
+        "--autoscale-target", "4", "--timeout", "1200", "--dry-run").replace("}\n{", "}\n\n{").split("\n\n")]
+    endpoint = requests_sent[0]["request"]["endpoint"]
+    assert endpoint["dedicatedEndpointEnabled"] is True
+    assert endpoint["clientConnectionConfig"] == {"inferenceTimeout": "1200s"}
+    deployed = requests_sent[1]["request"]["deployedModel"]
+    assert deployed["serviceAccount"] == "sa@demo.iam.gserviceaccount.com"
+    resources = deployed["dedicatedResources"]
+    assert resources["spot"] is True and resources["requiredReplicaCount"] == 1
+    assert resources["autoscalingMetricSpecs"] == [
+        {"metricName": "prometheus.googleapis.com/vertex_vllm_num_requests_waiting", "target": 4}]
+    streaming = run_tool(standin, capsys, "deploy", "--model", "7", "--streaming", "--dry-run")
+    assert "clientConnectionConfig" not in streaming and '"dedicatedEndpointEnabled": true' in streaming
+    for bad, message in ((["--timeout", "4000"], "--timeout 4000: an inference timeout is 1 to 3600 seconds"),
+                         (["--required-replica-count", "3"], "--required-replica-count must be at least 1")):
+        with pytest.raises(SystemExit) as exited:
+            run_tool(standin, capsys, "deploy", "--model", "7", *bad, "--dry-run")
+        assert exited.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_streaming_or_invoke_refuse_a_shared_endpoint(standin: RunningStandIn, capsys: pytest.CaptureFixture[str]
+                                                      ) -> None:
+    model = upload(standin, capsys)["model"]
+    shared = run_tool(standin, capsys, "deploy", "--model", model, "--accelerator-type", "none")["endpoint"]
+    with pytest.raises(SystemExit) as exited:
+        tool(standin, capsys, "deploy", "--model", model, "--endpoint", shared, "--streaming")
+    assert exited.value.code == 2
+    assert f"--streaming (streamRawPredict) needs a dedicated endpoint, and {shared} is a shared one" in (
+        capsys.readouterr().err)
+    invoke_model = run_tool(standin, capsys, "upload", "--image", "img", "--invoke")["model"]
+    with pytest.raises(SystemExit):
+        tool(standin, capsys, "deploy", "--model", invoke_model, "--endpoint", shared)
+    assert "invoke routes (upload --invoke) needs a dedicated endpoint" in capsys.readouterr().err
+    created = run_tool(standin, capsys, "deploy", "--model", invoke_model, "--accelerator-type", "none")
+    assert standin.standin.endpoints[created["endpoint"]]["dedicatedEndpointEnabled"] is True
+
+
+def test_the_startup_probe_waits_as_long_as_the_deployment_timeout(
+    standin: RunningStandIn, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run_tool(standin, capsys, "upload", "--image", "img", "--deployment-timeout", "7200")
+    probe = standin.standin.calls[-1].body["model"]["containerSpec"]["startupProbe"]
+    assert int(probe["periodSeconds"]) * int(probe["failureThreshold"]) == 7200
+
+
+def test_every_subcommand_lists_its_flags_with_their_defaults(capsys: pytest.CaptureFixture[str]) -> None:
+    from gcp.cli import build_parser
+
+    subparsers = build_parser()._subparsers
+    assert subparsers is not None
+    commands: dict[str, argparse.ArgumentParser] = subparsers._group_actions[0].choices  # type: ignore[assignment]
+    for name, parser in commands.items():
+        text = parser.format_help()
+        for action in parser._actions:
+            if action.option_strings and action.default not in (None, False, [], "==SUPPRESS=="):
+                assert f"(default: {action.default})" in " ".join(text.split()), (name, action.dest)

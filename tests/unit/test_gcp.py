@@ -363,3 +363,20 @@ def test_waiting_for_a_batch_job_reports_each_change_until_it_ends() -> None:
     assert job_summary(final) == {"job": "projects/p/locations/r/batchPredictionJobs/1", "state": "JOB_STATE_SUCCEEDED",
                                   "rows": 100, "successful": 100, "failed": 0, "incomplete": 0, "output": None,
                                   "error": None}
+
+
+def test_the_installed_aiplatform_has_every_field_the_tool_sends() -> None:
+    """pyproject.toml's floor (1.100, the first with invokeRoutePrefix) and what gcp/ sets."""
+    from google.cloud import aiplatform_v1 as v1
+
+    needed: dict[Any, set[str]] = {
+        v1.ModelContainerSpec: {"invoke_route_prefix", "predict_route", "health_route", "deployment_timeout",
+                                "startup_probe", "shared_memory_size_mb"},
+        v1.DedicatedResources: {"spot", "required_replica_count", "autoscaling_metric_specs"},
+        v1.DeployedModel: {"service_account", "display_name"},
+        v1.Endpoint: {"dedicated_endpoint_enabled", "client_connection_config", "dedicated_endpoint_dns"},
+        v1.BatchPredictionJob: {"service_account", "manual_batch_tuning_parameters", "model_parameters",
+                                "dedicated_resources", "completion_stats", "output_info"},
+    }
+    for message, names in needed.items():
+        assert names <= set(message.meta.fields), (message.__name__, names - set(message.meta.fields))
