@@ -84,8 +84,8 @@ class Engine:
         on_ready: Callable[[], None] | None = None,
         on_load_failure: Callable[[BaseException], None] | None = None,
     ) -> None:
-        """``on_ready`` runs on the engine thread once the model is loaded (an exception there is a
-        load failure); ``on_load_failure`` is told why a load failed."""
+        """``on_ready`` runs on the engine thread once the model is loaded and before the engine reports
+        ready (an exception there is a load failure); ``on_load_failure`` is told why a load failed."""
         self._factory = backend_factory
         self._options = options or EngineOptions()
         self._inbox: queue.SimpleQueue[InboxItem] = queue.SimpleQueue()
@@ -133,7 +133,8 @@ class Engine:
         return self._load_error
 
     def _known(self) -> ModelFacts:
-        if self._facts is None or not self._ready.is_set():
+        """What the loaded model is; known from the load on (on_ready reads it before the engine is ready)."""
+        if self._facts is None:
             raise NotReadyError()
         return self._facts
 
@@ -320,7 +321,6 @@ class Engine:
         scheduler = self._load()
         if scheduler is None:
             return
-        self._ready.set()
         log.info("model loaded: %s slots of %s tokens", scheduler.backend.n_seq, scheduler.backend.n_ctx_seq)
         if self.on_ready is not None:
             try:
@@ -333,6 +333,9 @@ class Engine:
                 if self.on_load_failure is not None:
                     self.on_load_failure(exc)
                 return
+        # Ready (health 200) only once on_ready has published what the handlers need (the chat
+        # template): before, /health could say 200 while a chat still answered 503.
+        self._ready.set()
         try:
             while scheduler is not None:
                 scheduler = self._serve(scheduler)

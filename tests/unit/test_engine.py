@@ -282,6 +282,25 @@ def test_submit_before_the_model_is_loaded_is_refused() -> None:
         engine.stop()
 
 
+def test_ready_only_after_on_ready_has_run() -> None:
+    """/health follows is_ready: it must not say 200 before on_ready has published what the handlers
+    need (a fresh-clone run saw /apply-template answer 503 right after /health's first 200)."""
+    seen: list[tuple[bool, int]] = []
+    engine: Engine
+
+    def on_ready() -> None:
+        time.sleep(0.2)  # a slow publication widens the window the old order left open
+        seen.append((engine.is_ready, engine.info.n_vocab))  # the model is known, the engine not yet ready
+
+    engine = Engine(FakeBackend, on_ready=on_ready)
+    engine.start()
+    try:
+        assert engine.wait_ready(5)
+        assert seen and seen[0][0] is False and seen[0][1] > 0
+    finally:
+        engine.stop()
+
+
 def test_a_load_failure_is_reported_to_the_owner() -> None:
     failures: list[BaseException] = []
 
