@@ -6,6 +6,7 @@
     python -m gcp raw-predict | stream-raw-predict --endpoint ENDPOINT_ID --body '{...}'
     python -m gcp invoke --endpoint ENDPOINT_ID --path /v1/chat/completions --body '{...}' [--stream]
     python -m gcp status --project P --region R --endpoint ENDPOINT_ID
+    python -m gcp traffic --endpoint ENDPOINT_ID --split ID=90,ID=10 | rollback --endpoint ENDPOINT_ID
     python -m gcp undeploy --project P --region R --endpoint ENDPOINT_ID [--delete-endpoint]
     python -m gcp batch-predict --project P --region R --model MODEL_ID --input gs://b/rows.jsonl \
         --output gs://b/out/ [--batch-size 64] [--wait]
@@ -23,7 +24,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from gcp import batch, deploy, operations, status
+from gcp import batch, deploy, limits, operations, rollout, status
 
 # Container settings a deployment commonly sets, as the LLAMA_ARG_* variables the container reads.
 SETTING_FLAGS = {
@@ -101,6 +102,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="the dedicated endpoint's inference timeout in seconds (with --endpoint-kind dedicated)")
     upload.add_argument("--shared-memory-mb", type=int, default=1024, help="the container's /dev/shm size")
     upload.add_argument("--deployment-timeout", type=int, default=3600, help="seconds (at most 7200)")
+    upload.add_argument("--parent-model", help="upload a new version of this model (id or resource name)")
     upload.add_argument("--invoke", action="store_true",
                         help="expose every route under .../invoke/ (invokeRoutePrefix /*; disables :predict)")
 
@@ -127,9 +129,22 @@ def build_parser() -> argparse.ArgumentParser:
                      help="the dedicated endpoint's inference timeout, 1-3600 s (over 60: dedicated; "
                           "default: Vertex AI's 600 s on a dedicated endpoint)")
     dep.add_argument("--deployed-model-display-name", help="default: the model's display name")
+    dep.add_argument("--traffic", type=int, default=100,
+                     help="percent of the endpoint's traffic for this model; the models already there share "
+                          "the rest in their proportions (a canary: --traffic 10)")
     dep.add_argument("--service-account", help="the account the replicas run as (a model or adapters in your "
                                                 "own bucket need it to read them); default: Vertex AI's")
     dep.add_argument("--spot", action="store_true", help="run the replicas on Spot VMs (cheaper, preemptible)")
+
+    for name, help_text in (("traffic", "set an endpoint's traffic split"),
+                            ("rollback", "give all traffic back to the model deployed before the newest")):
+        command = commands.add_parser(name, help=help_text, description=rollout.__doc__,
+                                      formatter_class=DefaultsHelpFormatter)
+        _common(command)
+        command.add_argument("--endpoint", required=True, help="the endpoint id or resource name")
+        if name == "traffic":
+            command.add_argument("--split", required=True, metavar="ID=PERCENT,...",
+                                 help="every deployed model's percent, 100 in all (unnamed models get 0)")
 
     stat = commands.add_parser("status", help="an endpoint's deployed models, replicas, traffic and running "
                                               "operations", formatter_class=DefaultsHelpFormatter)
@@ -198,8 +213,8 @@ def _dry(method: str, request: Any) -> None:
 
 
 def _upload(args: argparse.Namespace, target: deploy.Target) -> None:
-    limits = deploy.endpoint_limits(args.endpoint_kind, args.inference_timeout) if args.endpoint_kind else {}
-    env = {**limits, **dict(args.env)}
+    kind_limits = limits.endpoint_limits(args.endpoint_kind, args.inference_timeout) if args.endpoint_kind else {}
+    env = {**kind_limits, **dict(args.env)}
     for dest, (_, name) in SETTING_FLAGS.items():
         value = getattr(args, dest)
         if value is not None:
@@ -207,11 +222,12 @@ def _upload(args: argparse.Namespace, target: deploy.Target) -> None:
     request = deploy.upload_request(target, deploy.UploadSpec(
         display_name=args.display_name, image_uri=args.image, artifact_uri=args.artifact_uri, env=env,
         shared_memory_mb=args.shared_memory_mb, deployment_timeout_s=args.deployment_timeout, invoke=args.invoke,
+        parent_model=args.parent_model,
     ))
     if args.dry_run:
         _dry("ModelService.UploadModel", request)
         return
-    _print({"model": deploy.Vertex(target).upload(request)})
+    _print(deploy.Vertex(target).upload(request))
 
 
 def _deploy_spec(args: argparse.Namespace) -> deploy.DeploySpec:
@@ -240,20 +256,26 @@ def _deploy(args: argparse.Namespace, target: deploy.Target) -> None:
         if not spec.endpoint:
             _dry("EndpointService.CreateEndpoint", deploy.create_endpoint_request(target, spec))
         name = target.endpoint_name(spec.endpoint) if spec.endpoint else f"{target.parent}/endpoints/NEW"
-        _dry("EndpointService.DeployModel", deploy.deploy_request(target, spec, name))
+        if args.traffic != 100:
+            print("note: the models already on the endpoint share the rest of the traffic; their ids are "
+                  "read from the endpoint when the request is sent", file=sys.stderr)
+        _dry("EndpointService.DeployModel", deploy.deploy_request(target, spec, name, {rollout.NEW: args.traffic}))
         return
     vertex = deploy.Vertex(target)
     model = vertex.get_model(target.model_name(spec.model))
     spec = dataclasses.replace(spec, invoke=bool(model.container_spec.invoke_route_prefix),
                                deployed_display_name=spec.deployed_display_name or model.display_name or None)
+    traffic = rollout.split_with_new({}, [], args.traffic) if not spec.endpoint else None
     if spec.endpoint:
         endpoint = vertex.get_endpoint(target.endpoint_name(spec.endpoint))
         spec.check_endpoint(endpoint)
+        traffic = rollout.split_with_new(dict(endpoint.traffic_split),
+                                         [model.id for model in endpoint.deployed_models], args.traffic)
         dedicated = bool(endpoint.dedicated_endpoint_enabled)
         timeout = endpoint.client_connection_config.inference_timeout.total_seconds() if dedicated else 60
     else:
         endpoint, dedicated, timeout = None, spec.wants_dedicated, spec.timeout_s
-    problem = deploy.kind_mismatch(deploy.model_env(model), dedicated, int(timeout or 600))
+    problem = limits.kind_mismatch(limits.model_env(model), dedicated, int(timeout or 600))
     if problem:
         print(f"warning: {problem}", file=sys.stderr)
     if endpoint is None:
@@ -264,8 +286,8 @@ def _deploy(args: argparse.Namespace, target: deploy.Target) -> None:
     started = operations.CLOCK()
     progress = lambda: print(f"deploying ({operations.CLOCK() - started:.0f} s)", file=sys.stderr)  # noqa: E731
     try:
-        deployed = operations.wait_for(vertex.start_deploy(deploy.deploy_request(target, spec, endpoint.name)),
-                                       wait_s, progress)
+        deployed = operations.wait_for(
+            vertex.start_deploy(deploy.deploy_request(target, spec, endpoint.name, traffic)), wait_s, progress)
     except operations.OperationTimeoutError:
         sys.stderr.write(f"python -m gcp deploy: the deployment to {endpoint.name} is still running after "
                          f"{wait_s:.0f} s (the model's deployment timeout plus {operations.PROVISIONING_MARGIN_S} s "
@@ -275,6 +297,20 @@ def _deploy(args: argparse.Namespace, target: deploy.Target) -> None:
     _print({"endpoint": endpoint.name, "deployed_model_id": deployed.deployed_model.id,
             "dedicated_endpoint_dns": endpoint.dedicated_endpoint_dns or None,
             "console": status.console_url(target, endpoint.name)})
+
+
+def _traffic(args: argparse.Namespace, target: deploy.Target) -> None:
+    name = target.endpoint_name(args.endpoint)
+    vertex = deploy.Vertex(target)
+    endpoint = vertex.get_endpoint(name)
+    ids = [model.id for model in endpoint.deployed_models]
+    split = rollout.parse_split(args.split, ids) if args.command == "traffic" else rollout.rollback_split(endpoint)
+    request = rollout.traffic_request(name, split)
+    if args.dry_run:
+        _dry("EndpointService.UpdateEndpoint", request)
+        return
+    updated = vertex.update_traffic(request)
+    _print({"endpoint": name, "traffic_split": dict(updated.traffic_split)})
 
 
 def _status(args: argparse.Namespace, target: deploy.Target) -> None:
@@ -364,10 +400,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     target = deploy.Target(args.project, args.region, args.api_endpoint, args.anonymous)
     handlers = {"upload": _upload, "deploy": _deploy, "predict": _predict, "raw-predict": _predict,
                 "stream-raw-predict": _predict, "invoke": _predict, "undeploy": _undeploy,
-                "batch-predict": _batch_predict, "status": _status}
+                "batch-predict": _batch_predict, "status": _status, "traffic": _traffic, "rollback": _traffic}
     try:
         handlers[args.command](args, target)
-    except deploy.DeploySpecError as exc:
+    except (deploy.DeploySpecError, rollout.TrafficError) as exc:
         sys.stderr.write(f"python -m gcp {args.command}: {exc}\n")
         sys.exit(2)
     except Exception as exc:

@@ -22,11 +22,13 @@ from google.cloud import aiplatform_v1 as v1
 from google.longrunning import operations_pb2
 from google.protobuf import duration_pb2, json_format
 
+from gcp import rollout
+from gcp.limits import DEDICATED_TIMEOUT_THRESHOLD_S
+
 PREDICT_ROUTE = "/predict"
 HEALTH_ROUTE = "/health"
 CONTAINER_PORT = 8080
 PROBE_COMMAND = ("python", "-m", "gcp.probe")
-DEDICATED_TIMEOUT_THRESHOLD_S = 60
 
 
 @dataclass(frozen=True)
@@ -69,56 +71,12 @@ class UploadSpec:
     probe_period_s: int = 10
     probe_timeout_s: int = 5
     invoke: bool = False  # invokeRoutePrefix "/*": every container path under .../invoke/ (no :predict)
+    parent_model: str | None = None  # upload a new version of this model
 
     @property
     def probe_failures(self) -> int:
         """The startup probe may fail for the whole deployment timeout (the model's download and load)."""
         return max(1, math.ceil(self.deployment_timeout_s / self.probe_period_s))
-
-
-# Vertex AI's limits per endpoint kind, which the container cannot tell from its environment.
-SHARED_RESPONSE_BYTES = 1_572_864  # a shared endpoint refuses a larger response
-SHARED_DEADLINE_S = 55  # a shared endpoint cuts a request at 60 s
-DEDICATED_RESPONSE_BYTES = 10 * 1024 * 1024
-DEADLINE_MARGIN_S = 5
-
-
-def endpoint_limits(kind: str, inference_timeout_s: int = 600) -> dict[str, str]:
-    """The container settings that keep its answers within the endpoint's limits: a generation
-    deadline under the endpoint's time limit, and the largest predict answer."""
-    if kind == "shared":
-        return {"LLAMA_ARG_PREDICT_DEADLINE": str(SHARED_DEADLINE_S),
-                "LLAMA_ARG_MAX_RESPONSE_BYTES": str(SHARED_RESPONSE_BYTES)}
-    if kind == "dedicated":
-        return {"LLAMA_ARG_PREDICT_DEADLINE": str(max(1, inference_timeout_s - DEADLINE_MARGIN_S)),
-                "LLAMA_ARG_MAX_RESPONSE_BYTES": str(DEDICATED_RESPONSE_BYTES)}
-    raise ValueError(f"unknown endpoint kind {kind!r}: shared or dedicated")
-
-
-def model_env(model: v1.Model) -> dict[str, str]:
-    return {item.name: item.value for item in model.container_spec.env}
-
-
-def kind_mismatch(model_env: dict[str, str], dedicated: bool, timeout_s: int) -> str | None:
-    """Why a model's limits (``upload --endpoint-kind``) do not fit the endpoint it goes to; None
-    when they do, or when the model declared none."""
-    raw = model_env.get("LLAMA_ARG_PREDICT_DEADLINE")
-    try:
-        deadline = float(raw) if raw else 0.0
-    except ValueError:
-        return None
-    if deadline <= 0:
-        return None
-    limit = timeout_s if dedicated else DEDICATED_TIMEOUT_THRESHOLD_S
-    kind = "dedicated" if dedicated else "shared"
-    if deadline >= limit:
-        return (f"the model ends generations at {deadline:g} s (LLAMA_ARG_PREDICT_DEADLINE), but this {kind} "
-                f"endpoint cuts requests at {limit} s: upload it again with --endpoint-kind {kind}")
-    if dedicated and deadline <= SHARED_DEADLINE_S < limit - DEADLINE_MARGIN_S:
-        return (f"the model was uploaded for a shared endpoint (generations end at {deadline:g} s), but this "
-                f"dedicated endpoint allows {limit} s: upload it again with --endpoint-kind dedicated "
-                f"--inference-timeout {limit} to use them")
-    return None
 
 
 def upload_request(target: Target, spec: UploadSpec) -> v1.UploadModelRequest:
@@ -143,7 +101,10 @@ def upload_request(target: Target, spec: UploadSpec) -> v1.UploadModelRequest:
     model = v1.Model(display_name=spec.display_name, container_spec=container)
     if spec.artifact_uri:
         model.artifact_uri = spec.artifact_uri
-    return v1.UploadModelRequest(parent=target.parent, model=model)
+    request = v1.UploadModelRequest(parent=target.parent, model=model)
+    if spec.parent_model:
+        request.parent_model = target.model_name(spec.parent_model)
+    return request
 
 
 # --autoscale-metric: the metric Vertex AI scales replicas on. ``queue`` is the container's
@@ -192,6 +153,9 @@ class DeploySpec:
         if self.timeout_s is not None and not 1 <= self.timeout_s <= MAX_INFERENCE_TIMEOUT_S:
             raise DeploySpecError(f"--timeout {self.timeout_s}: an inference timeout is 1 to "
                                   f"{MAX_INFERENCE_TIMEOUT_S} seconds")
+        if self.min_replicas == 0:
+            raise DeploySpecError("--min-replicas 0: scale to zero is a preview of Vertex AI's v1beta1 API "
+                                  "(scaleToZeroSpec) and this tool speaks v1, where a model keeps 1 replica at least")
         if not 1 <= self.min_replicas <= self.max_replicas:
             raise DeploySpecError("--min-replicas must be at least 1 and at most --max-replicas")
         if self.required_replicas is not None and not 1 <= self.required_replicas <= self.min_replicas:
@@ -231,7 +195,9 @@ def machine_spec(machine_type: str, accelerator_type: str | None, accelerator_co
     return machine
 
 
-def deploy_request(target: Target, spec: DeploySpec, endpoint_name: str) -> v1.DeployModelRequest:
+def deploy_request(target: Target, spec: DeploySpec, endpoint_name: str,
+                   traffic: dict[str, int] | None = None) -> v1.DeployModelRequest:
+    """``traffic``: the endpoint's split with the new model as "0" (gcp/rollout.py); default all to it."""
     machine = machine_spec(spec.machine_type, spec.accelerator_type, spec.accelerator_count)
     metrics = [v1.AutoscalingMetricSpec(metric_name=AUTOSCALE_METRICS[metric], target=target)
                for metric, target in spec.autoscaling]
@@ -246,16 +212,29 @@ def deploy_request(target: Target, spec: DeploySpec, endpoint_name: str) -> v1.D
                                 dedicated_resources=resources)
     if spec.service_account:
         deployed.service_account = spec.service_account
-    return v1.DeployModelRequest(endpoint=endpoint_name, deployed_model=deployed, traffic_split={"0": 100})
+    return v1.DeployModelRequest(endpoint=endpoint_name, deployed_model=deployed,
+                                 traffic_split=traffic or {rollout.NEW: 100})
 
 
 def undeploy_requests(endpoint: v1.Endpoint, deployed_model_id: str | None) -> list[v1.UndeployModelRequest]:
-    ids = [deployed_model_id] if deployed_model_id else [model.id for model in endpoint.deployed_models]
-    return [undeploy_request(endpoint.name, model_id) for model_id in ids]
+    """One request a model; each moves the removed model's traffic to those that stay (Vertex AI
+    refuses to undeploy a model that still has traffic)."""
+    remaining = [model.id for model in endpoint.deployed_models]
+    split = dict(endpoint.traffic_split)
+    requests_out = []
+    for model_id in [deployed_model_id] if deployed_model_id else list(remaining):
+        split = rollout.split_without(split, remaining, model_id)
+        remaining = [other for other in remaining if other != model_id]
+        requests_out.append(undeploy_request(endpoint.name, model_id, split))
+    return requests_out
 
 
-def undeploy_request(endpoint_name: str, deployed_model_id: str) -> v1.UndeployModelRequest:
-    return v1.UndeployModelRequest(endpoint=endpoint_name, deployed_model_id=deployed_model_id)
+def undeploy_request(endpoint_name: str, deployed_model_id: str,
+                     traffic: dict[str, int] | None = None) -> v1.UndeployModelRequest:
+    request = v1.UndeployModelRequest(endpoint=endpoint_name, deployed_model_id=deployed_model_id)
+    if traffic:
+        request.traffic_split = traffic
+    return request
 
 
 def delete_endpoint_request(endpoint_name: str) -> v1.DeleteEndpointRequest:
@@ -318,8 +297,12 @@ class Vertex:
         self.models = v1.ModelServiceClient(**target.client_kwargs())
         self.endpoints = v1.EndpointServiceClient(**target.client_kwargs())
 
-    def upload(self, request: v1.UploadModelRequest) -> str:
-        return str(self.models.upload_model(request=request).result().model)
+    def upload(self, request: v1.UploadModelRequest) -> dict[str, str]:
+        response = self.models.upload_model(request=request).result()
+        return {"model": str(response.model), "model_version_id": str(response.model_version_id) or "1"}
+
+    def update_traffic(self, request: v1.UpdateEndpointRequest) -> v1.Endpoint:
+        return self.endpoints.update_endpoint(request=request)
 
     def get_model(self, name: str) -> v1.Model:
         return self.models.get_model(name=name)

@@ -16,6 +16,7 @@ import re
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 import requests
@@ -47,7 +48,7 @@ class VertexStandIn:
     def app(self) -> Flask:
         app = Flask("vertex-standin")
 
-        @app.route("/v1/<path:rest>", methods=["GET", "POST", "DELETE"])
+        @app.route("/v1/<path:rest>", methods=["GET", "POST", "DELETE", "PATCH"])
         @app.route("/ui/<path:rest>", methods=["GET"])  # the SDK's REST transport polls operations here
         def api(rest: str) -> Response:
             body = request.get_json(silent=True)
@@ -64,9 +65,15 @@ class VertexStandIn:
         parent_match = re.match(r"(projects/[^/]+/locations/[^/]+)", rest)
         parent = parent_match.group(1) if parent_match else ""
         if rest.endswith("/models:upload"):
-            name = f"{parent}/models/{next(self.ids)}"
-            self.models[name] = {**body["model"], "name": name}
-            return self.operation(parent, "UploadModelResponse", {"model": name})
+            parent_model = body.get("parentModel")
+            if parent_model and parent_model.split("projects/", 1)[-1] not in {n.split("projects/", 1)[-1]
+                                                                                 for n in self.models}:
+                return _json({"error": {"code": 404, "message": f"{parent_model} not found"}}, 404)
+            name = parent_model or f"{parent}/models/{next(self.ids)}"
+            version = str(int(self.models.get(name, {}).get("versionId", "0")) + 1)
+            self.models[name] = self.models[f"{name}@{version}"] = {**body["model"], "name": name,
+                                                                     "versionId": version}
+            return self.operation(parent, "UploadModelResponse", {"model": name, "modelVersionId": version})
         if method == "GET" and re.search(r"/models/[^/:]+$", rest):
             if rest not in self.models:
                 return _json({"error": {"code": 404, "message": f"{rest} not found", "status": "NOT_FOUND"}}, 404)
@@ -104,12 +111,19 @@ class VertexStandIn:
         endpoint = self.endpoints[name]
         if verb is None and method == "GET":
             return _json(endpoint)
+        if verb is None and method == "PATCH":
+            return self.set_traffic(endpoint, body["trafficSplit"]) or _json(endpoint)
         if verb is None and method == "DELETE":
             del self.endpoints[name]
             return _json({"name": f"{parent}/operations/{next(self.ids)}", "done": True,
                           "response": {"@type": "type.googleapis.com/google.protobuf.Empty"}})
         if verb == "deployModel":
-            deployed = {**body["deployedModel"], "id": str(next(self.ids))}
+            deployed = {**body["deployedModel"], "id": str(next(self.ids)), "createTime": _now()}
+            split = {deployed["id"] if key == "0" else key: value
+                     for key, value in body.get("trafficSplit", {"0": 100}).items()}
+            refused = self.set_traffic(endpoint, split, also=deployed["id"])
+            if refused:
+                return refused
             if not self.deploy_polls:
                 endpoint["deployedModels"].append(deployed)
                 return self.operation(parent, "DeployModelResponse", {"deployedModel": deployed})
@@ -118,7 +132,14 @@ class VertexStandIn:
                                                "endpoint": endpoint, "deployed": deployed}
             return _json(operation)
         if verb == "undeployModel":
-            endpoint["deployedModels"] = [m for m in endpoint["deployedModels"] if m["id"] != body["deployedModelId"]]
+            removed = body["deployedModelId"]
+            split = body.get("trafficSplit", endpoint.get("trafficSplit", {}))
+            staying = [m for m in endpoint["deployedModels"] if m["id"] != removed]
+            if staying and int(split.get(removed, 0)):  # as Vertex AI: a model with traffic stays
+                return _json({"error": {"code": 400, "status": "FAILED_PRECONDITION",
+                                        "message": f"deployed model {removed} still has traffic"}}, 400)
+            endpoint["deployedModels"] = staying
+            endpoint["trafficSplit"] = {k: v for k, v in split.items() if k != removed} if staying else {}
             return self.operation(parent, "UndeployModelResponse", {})
         return self.forward(verb, endpoint, body)
 
@@ -141,6 +162,16 @@ class VertexStandIn:
                             content_type=upstream.headers["Content-Type"])
         return _json({"error": {"code": 404, "message": f"unknown verb {verb}"}}, 404)
 
+
+    def set_traffic(self, endpoint: dict[str, Any], split: dict[str, Any], also: str | None = None
+                    ) -> Response | None:
+        """Set a split as Vertex AI does, or the error it answers: 100 in all, deployed models only."""
+        known = {m["id"] for m in endpoint["deployedModels"]} | ({also} if also else set())
+        if sum(int(v) for v in split.values()) != 100 or not set(split) <= known:
+            return _json({"error": {"code": 400, "status": "INVALID_ARGUMENT",
+                                    "message": f"invalid traffic split {split}"}}, 400)
+        endpoint["trafficSplit"] = {key: int(value) for key, value in split.items()}
+        return None
 
     def poll(self, name: str) -> dict[str, Any]:
         """One poll of a running deployment: after ``deploy_polls`` of them it is done and deployed."""
@@ -189,6 +220,10 @@ class VertexStandIn:
         client.close()
         job.update(state="JOB_STATE_SUCCEEDED", outputInfo={"gcsOutputDirectory": f"gs://{bucket}/{directory}"},
                    completionStats={"successfulCount": str(done), "failedCount": str(failed)})
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat().replace("+00:00", "Z")
 
 
 def _json(value: Any, status: int = 200) -> Response:

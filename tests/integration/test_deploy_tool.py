@@ -405,3 +405,53 @@ def test_every_subcommand_lists_its_flags_with_their_defaults(capsys: pytest.Cap
         for action in parser._actions:
             if action.option_strings and action.default not in (None, False, [], "==SUPPRESS=="):
                 assert f"(default: {action.default})" in " ".join(text.split()), (name, action.dest)
+
+
+def test_a_new_version_rolls_out_as_a_canary_rolls_back_and_the_old_one_is_undeployed(
+    standin: RunningStandIn, capsys: pytest.CaptureFixture[str]
+) -> None:
+    first = upload(standin, capsys)
+    assert first["model_version_id"] == "1"
+    old = run_tool(standin, capsys, "deploy", "--model", first["model"], "--accelerator-type", "none")
+    endpoint = old["endpoint"]
+    second = run_tool(standin, capsys, "upload", "--image", "us-docker.pkg.dev/demo/repo/vertex-llama:2",
+                      "--parent-model", first["model"].rsplit("/", 1)[-1])
+    assert second == {"model": first["model"], "model_version_id": "2"}
+    assert standin.standin.calls[-1].body["parentModel"] == first["model"]
+    canary = run_tool(standin, capsys, "deploy", "--model", f"{first['model']}@2", "--endpoint", endpoint,
+                      "--accelerator-type", "none", "--traffic", "10")
+    new_id, old_id = canary["deployed_model_id"], old["deployed_model_id"]
+    sent = next(c for c in reversed(standin.standin.calls) if c.path.endswith(":deployModel"))
+    assert sent.body["trafficSplit"] == {"0": 10, old_id: 90}
+    assert sent.body["deployedModel"]["model"].endswith("@2")
+    assert standin.standin.endpoints[endpoint]["trafficSplit"] == {new_id: 10, old_id: 90}
+    shifted = run_tool(standin, capsys, "traffic", "--endpoint", endpoint, "--split", f"{new_id}=100")
+    assert shifted["traffic_split"] == {new_id: 100, old_id: 0}
+    back = run_tool(standin, capsys, "rollback", "--endpoint", endpoint)
+    assert back["traffic_split"] == {old_id: 100, new_id: 0}
+    for bad, message in ((f"{new_id}=60", "add up to 60"), ("999=100", "999 is not deployed on this endpoint")):
+        with pytest.raises(SystemExit) as exited:
+            run_tool(standin, capsys, "traffic", "--endpoint", endpoint, "--split", bad)
+        assert exited.value.code == 2 and message in capsys.readouterr().err
+    run_tool(standin, capsys, "traffic", "--endpoint", endpoint, "--split", f"{new_id}=100")
+    # undeploying a model moves its traffic to the ones that stay (Vertex refuses a model with traffic)
+    run_tool(standin, capsys, "undeploy", "--endpoint", endpoint, "--deployed-model-id", new_id)
+    assert standin.standin.endpoints[endpoint]["trafficSplit"] == {old_id: 100}
+    state = run_tool(standin, capsys, "status", "--endpoint", endpoint)
+    assert [m["id"] for m in state["deployed_models"]] == [old_id]
+    assert state["deployed_models"][0]["traffic_percent"] == 100
+
+
+def test_traffic_shares_and_scale_to_zero() -> None:
+    from gcp.deploy import DeploySpec, DeploySpecError
+    from gcp.rollout import share_out, split_with_new, split_without
+
+    assert share_out(90, {"a": 50, "b": 50}) == {"a": 45, "b": 45}
+    assert share_out(100, {"a": 1, "b": 1, "c": 1}) == {"a": 34, "b": 33, "c": 33}
+    assert sum(share_out(97, {"a": 3, "b": 7, "c": 0}).values()) == 97
+    assert share_out(100, {"a": 0, "b": 0}) == {"a": 50, "b": 50}
+    assert split_with_new({"a": 70, "b": 30}, ["a", "b"], 20) == {"0": 20, "a": 56, "b": 24}
+    assert split_without({"a": 70, "b": 30}, ["a", "b"], "a") == {"b": 100}
+    assert split_without({"a": 100}, ["a"], "a") == {}
+    with pytest.raises(DeploySpecError, match="scale to zero is a preview of Vertex AI's v1beta1 API"):
+        DeploySpec(model="1", min_replicas=0).checked()

@@ -263,7 +263,7 @@ def test_a_predict_answer_over_the_response_limit_is_an_error_naming_it(pool: Th
 
 
 def test_kind_mismatch_between_a_model_and_its_endpoint() -> None:
-    from gcp.deploy import endpoint_limits, kind_mismatch
+    from gcp.limits import endpoint_limits, kind_mismatch
 
     shared, dedicated = endpoint_limits("shared"), endpoint_limits("dedicated", 900)
     assert kind_mismatch(shared, dedicated=False, timeout_s=60) is None
