@@ -22,9 +22,10 @@ import dataclasses
 import json
 import sys
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from typing import Any
 
-from gcp import batch, deploy, limits, operations, rollout, status
+from gcp import batch, deploy, limits, logtail, operations, rollout, status
 
 # Container settings a deployment commonly sets, as the LLAMA_ARG_* variables the container reads.
 SETTING_FLAGS = {
@@ -135,6 +136,9 @@ def build_parser() -> argparse.ArgumentParser:
     dep.add_argument("--service-account", help="the account the replicas run as (a model or adapters in your "
                                                 "own bucket need it to read them); default: Vertex AI's")
     dep.add_argument("--spot", action="store_true", help="run the replicas on Spot VMs (cheaper, preemptible)")
+    dep.add_argument("--no-logs", action="store_true",
+                     help="do not show the container's log lines from Cloud Logging while waiting")
+    dep.add_argument("--logging-endpoint", help="override the Cloud Logging API host (for local stand-ins)")
 
     for name, help_text in (("traffic", "set an endpoint's traffic split"),
                             ("rollback", "give all traffic back to the model deployed before the newest")):
@@ -284,16 +288,25 @@ def _deploy(args: argparse.Namespace, target: deploy.Target) -> None:
     wait_s = operations.deployment_wait_seconds(model.container_spec.deployment_timeout.total_seconds()
                                                 or deploy.MAX_DEPLOYMENT_TIMEOUT_S)
     started = operations.CLOCK()
-    progress = lambda: print(f"deploying ({operations.CLOCK() - started:.0f} s)", file=sys.stderr)  # noqa: E731
+    tail = None if args.no_logs else logtail.LogTail.for_endpoint(
+        logtail.logging_client(target, args.logging_endpoint), target.project, endpoint.name, datetime.now(UTC))
+
+    def on_poll() -> None:
+        print(f"deploying ({operations.CLOCK() - started:.0f} s)", file=sys.stderr)
+        if tail is not None:
+            tail()
+
     try:
         deployed = operations.wait_for(
-            vertex.start_deploy(deploy.deploy_request(target, spec, endpoint.name, traffic)), wait_s, progress)
+            vertex.start_deploy(deploy.deploy_request(target, spec, endpoint.name, traffic)), wait_s, on_poll)
     except operations.OperationTimeoutError:
         sys.stderr.write(f"python -m gcp deploy: the deployment to {endpoint.name} is still running after "
                          f"{wait_s:.0f} s (the model's deployment timeout plus {operations.PROVISIONING_MARGIN_S} s "
                          f"to provision the machine); it goes on at Vertex AI. Follow it with:\n  "
                          f"{_status_command(target, endpoint.name)}\n")
         sys.exit(3)
+    if tail is not None:
+        tail()  # what the container wrote since the last poll
     _print({"endpoint": endpoint.name, "deployed_model_id": deployed.deployed_model.id,
             "dedicated_endpoint_dns": endpoint.dedicated_endpoint_dns or None,
             "console": status.console_url(target, endpoint.name)})

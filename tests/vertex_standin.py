@@ -44,9 +44,17 @@ class VertexStandIn:
     batch_bodies: list[dict[str, Any]] = field(default_factory=list)  # what the batch workers sent
     deploy_polls: int = 0  # how many polls a deployment stays running (0: done at once)
     running: dict[str, dict[str, Any]] = field(default_factory=dict)  # operations in flight, by name
+    log_entries: list[dict[str, Any]] = field(default_factory=list)  # Cloud Logging's, as the container wrote them
+    log_queries: list[dict[str, Any]] = field(default_factory=list)
 
     def app(self) -> Flask:
         app = Flask("vertex-standin")
+
+        @app.route("/v2/entries:list", methods=["POST"])  # Cloud Logging
+        def entries() -> Response:
+            query = request.get_json()
+            self.log_queries.append(query)
+            return _json({"entries": [entry for entry in self.log_entries if _matches(entry, query["filter"])]})
 
         @app.route("/v1/<path:rest>", methods=["GET", "POST", "DELETE", "PATCH"])
         @app.route("/ui/<path:rest>", methods=["GET"])  # the SDK's REST transport polls operations here
@@ -177,6 +185,12 @@ class VertexStandIn:
         """One poll of a running deployment: after ``deploy_polls`` of them it is done and deployed."""
         item = self.running[name]
         item["polls"] -= 1
+        endpoint_id = item["endpoint"]["name"].rsplit("/", 1)[-1]
+        self.log_entries.append({  # what the container writes while the model downloads
+            "logName": "projects/demo/logs/aiplatform.googleapis.com%2Fprediction_container",
+            "resource": {"type": "aiplatform.googleapis.com/Endpoint", "labels": {"endpoint_id": endpoint_id}},
+            "timestamp": _now(), "insertId": f"log-{next(self.ids)}", "severity": "INFO",
+            "jsonPayload": {"message": f"downloading gs://models/smol/model.gguf: {item['polls']} polls left"}})
         if item["polls"] <= 0:
             item["endpoint"]["deployedModels"].append(item["deployed"])
             del self.running[name]
@@ -220,6 +234,20 @@ class VertexStandIn:
         client.close()
         job.update(state="JOB_STATE_SUCCEEDED", outputInfo={"gcsOutputDirectory": f"gs://{bucket}/{directory}"},
                    completionStats={"successfulCount": str(done), "failedCount": str(failed)})
+
+
+def _matches(entry: dict[str, Any], filter_: str) -> bool:
+    """The part of Cloud Logging's filter language the deploy tail uses: resource type, endpoint id
+    and ``timestamp>=``."""
+    endpoint = re.search(r'resource\.labels\.endpoint_id="([^"]+)"', filter_)
+    since = re.search(r'timestamp>="([^"]+)"', filter_)
+    return (entry["resource"]["type"] in filter_
+            and (endpoint is None or entry["resource"]["labels"].get("endpoint_id") == endpoint.group(1))
+            and (since is None or _instant(entry["timestamp"]) >= _instant(since.group(1))))
+
+
+def _instant(stamp: str) -> datetime:
+    return datetime.fromisoformat(stamp.replace("Z", "+00:00"))
 
 
 def _now() -> str:

@@ -31,8 +31,14 @@ def standin(vertex_server: Server) -> Iterator[RunningStandIn]:
     running.close()
 
 
+def stand_in_flags(standin: RunningStandIn, command: str) -> list[str]:
+    """The stand-in for every Google API the command calls (deploy also reads Cloud Logging)."""
+    logging = ["--logging-endpoint", standin.url] if command == "deploy" else []
+    return [*PROJECT, "--api-endpoint", standin.url, "--anonymous", *logging]
+
+
 def run_tool(standin: RunningStandIn, capsys: pytest.CaptureFixture[str], *argv: str) -> Any:
-    main([argv[0], *PROJECT, "--api-endpoint", standin.url, "--anonymous", *argv[1:]])
+    main([argv[0], *stand_in_flags(standin, argv[0]), *argv[1:]])
     out = capsys.readouterr().out
     try:
         return json.loads(out)
@@ -303,7 +309,7 @@ def simulated_clock(monkeypatch: pytest.MonkeyPatch) -> list[float]:
 
 
 def tool(standin: RunningStandIn, capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[str, str]:
-    main([argv[0], *PROJECT, "--api-endpoint", standin.url, "--anonymous", *argv[1:]])
+    main([argv[0], *stand_in_flags(standin, argv[0]), *argv[1:]])
     captured = capsys.readouterr()
     return captured.out, captured.err
 
@@ -312,7 +318,7 @@ def test_a_deploy_that_outlasts_15_minutes_still_finishes_and_prints_the_endpoin
     standin: RunningStandIn, capsys: pytest.CaptureFixture[str], simulated_clock: list[float]
 ) -> None:
     model = upload(standin, capsys)["model"]
-    standin.standin.deploy_polls = 80  # 80 polls, 15 s apart: 20 minutes
+    standin.standin.deploy_polls = 64  # 64 polls, 15 s apart: 16 minutes
     out, err = tool(standin, capsys, "deploy", "--model", model, "--machine-type", "n1-standard-8",
                     "--accelerator-type", "none")
     assert simulated_clock[0] >= 15 * 60
@@ -324,8 +330,24 @@ def test_a_deploy_that_outlasts_15_minutes_still_finishes_and_prints_the_endpoin
                                  f"us-central1/endpoints/{endpoint.rsplit('/', 1)[-1]}?project=demo")
     deployed = next(c.body for c in standin.standin.calls if c.path.endswith(":deployModel"))["deployedModel"]
     assert deployed["displayName"] == "vertex-llama"  # the model's own, not the endpoint's
+    # the container's log lines, tailed from Cloud Logging while waiting: each once, in order
+    written = [entry["jsonPayload"]["message"] for entry in standin.standin.log_entries]
+    assert len(written) == 64
+    shown = [line.split("] ", 1)[1] for line in err.splitlines() if line.startswith("[")]
+    assert shown == written
+    endpoint_id = endpoint.rsplit("/", 1)[-1]
+    assert all(f'resource.labels.endpoint_id="{endpoint_id}"' in query["filter"]
+               for query in standin.standin.log_queries)
     created = next(c.body for c in standin.standin.calls if c.path.endswith("/endpoints") and c.method == "POST")
     assert "clientConnectionConfig" not in created  # no --timeout: Vertex AI's default
+
+
+def test_no_logs_turns_the_tail_off(standin: RunningStandIn, capsys: pytest.CaptureFixture[str],
+                                     simulated_clock: list[float]) -> None:
+    model = upload(standin, capsys)["model"]
+    standin.standin.deploy_polls = 3
+    tool(standin, capsys, "deploy", "--model", model, "--accelerator-type", "none", "--no-logs")
+    assert standin.standin.log_entries and not standin.standin.log_queries
 
 
 def test_a_deploy_past_its_deployment_timeout_exits_with_the_command_to_follow_it(
@@ -334,7 +356,7 @@ def test_a_deploy_past_its_deployment_timeout_exits_with_the_command_to_follow_i
     model = run_tool(standin, capsys, "upload", "--image", "img", "--deployment-timeout", "600")["model"]
     standin.standin.deploy_polls = 1000
     with pytest.raises(SystemExit) as exited:
-        tool(standin, capsys, "deploy", "--model", model, "--accelerator-type", "none")
+        tool(standin, capsys, "deploy", "--model", model, "--accelerator-type", "none", "--no-logs")
     assert exited.value.code == 3
     err = capsys.readouterr().err
     assert simulated_clock[0] == pytest.approx(600 + operations.PROVISIONING_MARGIN_S, abs=15)
