@@ -5,6 +5,7 @@
     python -m gcp predict --project P --region R --endpoint ENDPOINT_ID --instances '[...]'
     python -m gcp raw-predict | stream-raw-predict --endpoint ENDPOINT_ID --body '{...}'
     python -m gcp invoke --endpoint ENDPOINT_ID --path /v1/chat/completions --body '{...}' [--stream]
+    python -m gcp doctor --project P --region R --model gs://bucket/model/ [--machine-type ...] [--ctx-size N]
     python -m gcp status --project P --region R --endpoint ENDPOINT_ID
     python -m gcp traffic --endpoint ENDPOINT_ID --split ID=90,ID=10 | rollback --endpoint ENDPOINT_ID
     python -m gcp undeploy --project P --region R --endpoint ENDPOINT_ID [--delete-endpoint]
@@ -25,7 +26,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from gcp import batch, deploy, limits, logtail, operations, rollout, status
+from gcp import batch, deploy, doctor, limits, logtail, operations, rollout, status
 
 # Container settings a deployment commonly sets, as the LLAMA_ARG_* variables the container reads.
 SETTING_FLAGS = {
@@ -149,6 +150,20 @@ def build_parser() -> argparse.ArgumentParser:
         if name == "traffic":
             command.add_argument("--split", required=True, metavar="ID=PERCENT,...",
                                  help="every deployed model's percent, 100 in all (unnamed models get 0)")
+
+    doc = commands.add_parser("doctor", help="before a deploy: will the model fit, download in time, be "
+                                             "readable, and is there quota", description=doctor.__doc__,
+                              formatter_class=DefaultsHelpFormatter)
+    _common(doc)
+    doc.add_argument("--model", required=True, help="the gs:// model: a .gguf file or the directory holding one")
+    _machine_flags(doc)
+    doc.add_argument("--ctx-size", type=int, default=0, help="the total context (-c); 0: the model's")
+    doc.add_argument("--parallel", type=int, default=4, help="slots (-np)")
+    doc.add_argument("--deployment-timeout", type=int, default=3600, help="upload's --deployment-timeout, s")
+    doc.add_argument("--max-replicas", type=int, default=1, help="replicas at the most (quota)")
+    doc.add_argument("--service-account", help="the account the model will be served as")
+    doc.add_argument("--iam-endpoint", default=doctor.IAM_TROUBLESHOOTER_HOST, help="the Policy Troubleshooter host")
+    doc.add_argument("--quotas-endpoint", default=doctor.CLOUD_QUOTAS_HOST, help="the Cloud Quotas API host")
 
     stat = commands.add_parser("status", help="an endpoint's deployed models, replicas, traffic and running "
                                               "operations", formatter_class=DefaultsHelpFormatter)
@@ -326,6 +341,22 @@ def _traffic(args: argparse.Namespace, target: deploy.Target) -> None:
     _print({"endpoint": name, "traffic_split": dict(updated.traffic_split)})
 
 
+def _doctor(args: argparse.Namespace, target: deploy.Target) -> None:
+    from google.cloud import storage
+
+    plan = doctor.Plan(args.machine_type, _accelerator_type(args), args.accelerator_count, args.ctx_size,
+                       args.parallel, args.deployment_timeout, args.max_replicas)
+    client = storage.Client(project=target.project)
+    try:
+        findings = doctor.diagnose(target, client, args.model, plan, args.service_account, args.iam_endpoint,
+                                   args.quotas_endpoint)
+    finally:
+        client.close()
+    print("\n".join(line for finding in findings for line in finding.lines()))
+    if any(finding.status == "fail" for finding in findings):
+        sys.exit(1)
+
+
 def _status(args: argparse.Namespace, target: deploy.Target) -> None:
     name = target.endpoint_name(args.endpoint)
     vertex = deploy.Vertex(target)
@@ -413,7 +444,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     target = deploy.Target(args.project, args.region, args.api_endpoint, args.anonymous)
     handlers = {"upload": _upload, "deploy": _deploy, "predict": _predict, "raw-predict": _predict,
                 "stream-raw-predict": _predict, "invoke": _predict, "undeploy": _undeploy,
-                "batch-predict": _batch_predict, "status": _status, "traffic": _traffic, "rollback": _traffic}
+                "batch-predict": _batch_predict, "status": _status, "traffic": _traffic, "rollback": _traffic,
+                "doctor": _doctor}
     try:
         handlers[args.command](args, target)
     except (deploy.DeploySpecError, rollout.TrafficError) as exc:

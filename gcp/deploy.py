@@ -53,6 +53,14 @@ class Target:
         """The API host: ``--api-endpoint``, else the region's public one."""
         return self.api_endpoint or f"{self.region}-aiplatform.googleapis.com"
 
+    def session(self) -> requests.Session:
+        """An HTTP session for the REST calls the client libraries do not make (with ``--anonymous``,
+        no credentials)."""
+        if self.anonymous:
+            return requests.Session()
+        credentials, _ = google.auth.default(scopes=["https://www.googleapis.com/auth/cloud-platform"])
+        return AuthorizedSession(credentials)
+
     def client_kwargs(self, api_endpoint: str | None = None) -> dict[str, Any]:
         host = api_endpoint or self.host
         credentials: Credentials | None = AnonymousCredentials() if self.anonymous else None
@@ -341,13 +349,7 @@ class Vertex:
         endpoint = self.get_endpoint(call.endpoint)
         host = endpoint.dedicated_endpoint_dns or self.target.host
         base = host if host.startswith(("http://", "https://")) else f"https://{host}"
-        session: requests.Session
-        if self.target.anonymous:
-            session = requests.Session()
-        else:
-            credentials, _ = google.auth.default(scopes=["https://www.googleapis.com/auth/cloud-platform"])
-            session = AuthorizedSession(credentials)
-        response = session.post(base + call.path, json=call.body, stream=stream, timeout=3600)
+        response = self.target.session().post(base + call.path, json=call.body, stream=stream, timeout=3600)
         if response.status_code >= 400:
             raise RuntimeError(f"{call.verb} answered {response.status_code}: {response.text[:500]}")
         return response

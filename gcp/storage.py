@@ -67,7 +67,7 @@ def default_cache_dir() -> Path:
     return Path(base) / "vertex-llama" / "models"
 
 
-def _model_blobs(client: storage.Client, uri: GcsUri) -> list[Any]:
+def model_blobs(client: storage.Client, uri: GcsUri) -> list[Any]:
     """The blobs to download, the one llama.cpp loads first. Only object reads and lists: no bucket
     metadata call, so ``roles/storage.objectViewer`` is enough."""
     bucket = client.bucket(uri.bucket)
@@ -225,7 +225,7 @@ def fetch_model(uri: str, cache_dir: Path | None = None, client: storage.Client 
     made_here = client is None
     try:
         client = client or storage.Client()
-        blobs = _model_blobs(client, parsed)
+        blobs = model_blobs(client, parsed)
         paths = []
         for blob in blobs:
             target = cache / parsed.bucket / blob.name

@@ -46,6 +46,8 @@ class VertexStandIn:
     running: dict[str, dict[str, Any]] = field(default_factory=dict)  # operations in flight, by name
     log_entries: list[dict[str, Any]] = field(default_factory=list)  # Cloud Logging's, as the container wrote them
     log_queries: list[dict[str, Any]] = field(default_factory=list)
+    grants: dict[tuple[str, str], set[str]] = field(default_factory=dict)  # (principal, bucket) -> permissions
+    quota_infos: list[dict[str, Any]] = field(default_factory=list)  # Cloud Quotas API, served 2 a page
 
     def app(self) -> Flask:
         app = Flask("vertex-standin")
@@ -69,7 +71,25 @@ class VertexStandIn:
         name = f"{parent}/operations/{next(self.ids)}"
         return _json({"name": name, "done": True, "response": {"@type": TYPE + kind, **payload}})
 
+    def troubleshoot(self, body: dict[str, Any]) -> Response:
+        """The IAM Policy Troubleshooter's answer for one principal, permission and bucket."""
+        access = body["accessTuple"]
+        bucket = access["fullResourceName"].rsplit("/buckets/", 1)[-1]
+        granted = access["permission"] in self.grants.get((access["principal"], bucket), set())
+        return _json({"access": "GRANTED" if granted else "NOT_GRANTED"})
+
+    def quotas_page(self, token: str) -> Response:
+        start = int(token or 0)
+        page: dict[str, Any] = {"quotaInfos": self.quota_infos[start:start + 2]}
+        if start + 2 < len(self.quota_infos):
+            page["nextPageToken"] = str(start + 2)
+        return _json(page)
+
     def dispatch(self, method: str, rest: str, body: Any) -> Response:
+        if rest == "iam:troubleshoot":
+            return self.troubleshoot(body)
+        if rest.endswith("/services/aiplatform.googleapis.com/quotaInfos"):
+            return self.quotas_page(request.args.get("pageToken", ""))
         parent_match = re.match(r"(projects/[^/]+/locations/[^/]+)", rest)
         parent = parent_match.group(1) if parent_match else ""
         if rest.endswith("/models:upload"):

@@ -380,3 +380,20 @@ def test_the_installed_aiplatform_has_every_field_the_tool_sends() -> None:
     }
     for message, names in needed.items():
         assert names <= set(message.meta.fields), (message.__name__, names - set(message.meta.fields))
+
+
+def test_doctor_estimates_partial_offload_and_slow_downloads() -> None:
+    from gcp.doctor import GIB, ModelShape, Plan, download_finding, machine_resources, memory_findings
+
+    shape = ModelShape(n_layer=40, n_ctx_train=8192, kv_values_per_token=40 * 8 * 256, n_embd=5120, n_vocab=32000)
+    plan = Plan("g2-standard-12", "NVIDIA_L4", 1, 4096, 4, 3600, 1)
+    gpu = next(f for f in memory_findings(shape, plan, weights=26 * GIB) if f.check == "gpu memory")
+    assert gpu.status == "warn" and "of 40 layers fit" in gpu.detail
+    layers = int(gpu.detail.split(" of 40 layers")[0].rsplit(" ", 1)[1])
+    assert 0 < layers < 40 and f"--n-gpu-layers {layers}" in gpu.fix
+    assert memory_findings(shape, Plan("g2-standard-12", "NVIDIA_L4", 2, 4096, 4, 3600, 1),
+                           weights=26 * GIB)[1].status == "pass"  # two L4s hold it
+    slow = download_finding(400 * GIB, Plan("g2-standard-4", "NVIDIA_L4", 1, 0, 4, 600, 1))
+    assert slow.status == "fail" and "--deployment-timeout" in slow.fix
+    assert machine_resources("n1-standard-8") == (8, 30.0) and machine_resources("g2-standard-24") == (24, 96.0)
+    assert machine_resources("x9-unknown-1") is None
