@@ -27,7 +27,7 @@ def readme_commands() -> list[str]:
             continue
         if pending:
             pending += " " + line.strip()
-        elif match := COMMAND.match(line.strip()):
+        elif match := COMMAND.match(line.rstrip()):  # a command starts its line (prose mentions are indented)
             pending = match.group(1)
         else:
             continue
