@@ -22,7 +22,7 @@ import argparse
 import dataclasses
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -269,6 +269,18 @@ def _status_command(target: deploy.Target, endpoint_name: str) -> str:
             f"--endpoint {endpoint_name.rsplit('/', 1)[-1]}")
 
 
+def _deploy_progress(tail: logtail.LogTail | None) -> Callable[[], None]:
+    """Each poll of the deployment: how long it has run, and the container's new log lines."""
+    started = operations.CLOCK()
+
+    def on_poll() -> None:
+        print(f"deploying ({operations.CLOCK() - started:.0f} s)", file=sys.stderr)
+        if tail is not None:
+            tail()
+
+    return on_poll
+
+
 def _deploy(args: argparse.Namespace, target: deploy.Target) -> None:
     spec = _deploy_spec(args)
     if args.dry_run:
@@ -284,7 +296,6 @@ def _deploy(args: argparse.Namespace, target: deploy.Target) -> None:
     model = vertex.get_model(target.model_name(spec.model))
     spec = dataclasses.replace(spec, invoke=bool(model.container_spec.invoke_route_prefix),
                                deployed_display_name=spec.deployed_display_name or model.display_name or None)
-    traffic = rollout.split_with_new({}, [], args.traffic) if not spec.endpoint else None
     if spec.endpoint:
         endpoint = vertex.get_endpoint(target.endpoint_name(spec.endpoint))
         spec.check_endpoint(endpoint)
@@ -293,6 +304,7 @@ def _deploy(args: argparse.Namespace, target: deploy.Target) -> None:
         dedicated = bool(endpoint.dedicated_endpoint_enabled)
         timeout = endpoint.client_connection_config.inference_timeout.total_seconds() if dedicated else 60
     else:
+        traffic = rollout.split_with_new({}, [], args.traffic)
         endpoint, dedicated, timeout = None, spec.wants_dedicated, spec.timeout_s
     problem = limits.kind_mismatch(limits.model_env(model), dedicated, int(timeout or 600))
     if problem:
@@ -302,18 +314,11 @@ def _deploy(args: argparse.Namespace, target: deploy.Target) -> None:
     print(f"endpoint {endpoint.name}\n  {status.console_url(target, endpoint.name)}", file=sys.stderr)
     wait_s = operations.deployment_wait_seconds(model.container_spec.deployment_timeout.total_seconds()
                                                 or deploy.MAX_DEPLOYMENT_TIMEOUT_S)
-    started = operations.CLOCK()
     tail = None if args.no_logs else logtail.LogTail.for_endpoint(
         logtail.logging_client(target, args.logging_endpoint), target.project, endpoint.name, datetime.now(UTC))
-
-    def on_poll() -> None:
-        print(f"deploying ({operations.CLOCK() - started:.0f} s)", file=sys.stderr)
-        if tail is not None:
-            tail()
-
     try:
-        deployed = operations.wait_for(
-            vertex.start_deploy(deploy.deploy_request(target, spec, endpoint.name, traffic)), wait_s, on_poll)
+        deployed = operations.wait_for(vertex.start_deploy(deploy.deploy_request(target, spec, endpoint.name, traffic)),
+                                       wait_s, _deploy_progress(tail))
     except operations.OperationTimeoutError:
         sys.stderr.write(f"python -m gcp deploy: the deployment to {endpoint.name} is still running after "
                          f"{wait_s:.0f} s (the model's deployment timeout plus {operations.PROVISIONING_MARGIN_S} s "
