@@ -120,3 +120,17 @@ def test_ui_flags(tmp_path: Path) -> None:
     with pytest.raises(SettingsError):
         parse_settings(["--path", str(tmp_path / "missing")], {}, error=messages.append)
     assert messages == [f"--path: {str(tmp_path / 'missing')!r} is not a directory"]
+
+
+def test_the_package_data_ships_every_ui_file() -> None:
+    """`pip install .` (the image) carries only the package-data globs: a new folder under
+    app/ui/static needs its glob, or the image serves a page without its scripts."""
+    import fnmatch
+    import tomllib
+
+    root = BUILTIN_UI_DIRECTORY.parent
+    pyproject = tomllib.loads((root.parents[1] / "pyproject.toml").read_text())
+    globs = pyproject["tool"]["setuptools"]["package-data"]["app.ui"]
+    files = [path.relative_to(root).as_posix() for path in BUILTIN_UI_DIRECTORY.rglob("*") if path.is_file()]
+    assert files and all(any(fnmatch.fnmatch(name, glob) and name.count("/") == glob.count("/") for glob in globs)
+                         for name in files), files
