@@ -21,6 +21,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+import requests
 from google.cloud import storage
 
 from gcp.deploy import Target
@@ -194,7 +195,7 @@ def download_finding(file_bytes: int, plan: Plan) -> Finding:
     return Finding("warn" if seconds < plan.deployment_timeout_s else "fail", "download", detail, fix)
 
 
-def access_findings(target: Target, iam_host: str, bucket: str, account: str | None) -> list[Finding]:
+def access_findings(session: requests.Session, iam_host: str, bucket: str, account: str | None) -> list[Finding]:
     if not account:
         return [Finding("warn", "model access", "not checked: the serving account is Vertex AI's default "
                                                 "(service-PROJECT_NUMBER@gcp-sa-aiplatform-cc.iam.gserviceaccount.com)",
@@ -203,7 +204,7 @@ def access_findings(target: Target, iam_host: str, bucket: str, account: str | N
     for permission in ("storage.objects.get", "storage.objects.list"):
         body = {"accessTuple": {"principal": account, "permission": permission,
                                 "fullResourceName": f"//storage.googleapis.com/projects/_/buckets/{bucket}"}}
-        response = target.session().post(f"{iam_host}/v1/iam:troubleshoot", json=body, timeout=60)
+        response = session.post(f"{iam_host}/v1/iam:troubleshoot", json=body, timeout=60)
         how = f"{permission} on gs://{bucket} for {account} (IAM Policy Troubleshooter)"
         if response.status_code >= 400:
             findings.append(Finding("warn", "model access", f"{how}: could not ask ({response.status_code}: "
@@ -229,7 +230,7 @@ def _quota_key(name: str) -> str:
     return name.removesuffix("_gpus")
 
 
-def quota_finding(target: Target, quotas_host: str, plan: Plan) -> Finding:
+def quota_finding(session: requests.Session, target: Target, quotas_host: str, plan: Plan) -> Finding:
     if not plan.accelerator_type or not plan.accelerator_count:
         return Finding("pass", "quota", "no accelerator: no GPU quota needed")
     need = plan.accelerator_count * plan.max_replicas
@@ -238,7 +239,7 @@ def quota_finding(target: Target, quotas_host: str, plan: Plan) -> Finding:
     infos: list[dict[str, Any]] = []
     token = ""
     while True:
-        response = target.session().get(url, params={"pageToken": token} if token else None, timeout=60)
+        response = session.get(url, params={"pageToken": token} if token else None, timeout=60)
         if response.status_code >= 400:
             return Finding("warn", "quota", f"could not read quotas ({response.status_code}: {response.text[:200]})",
                            "the caller needs cloudquotas.quotas.get (roles/cloudquotas.viewer)")
@@ -289,10 +290,11 @@ def read_model(client: storage.Client, uri: str) -> tuple[GgufHeader, int]:
 def diagnose(target: Target, client: storage.Client, uri: str, plan: Plan, account: str | None,
              iam_host: str = IAM_TROUBLESHOOTER_HOST, quotas_host: str = CLOUD_QUOTAS_HOST) -> list[Finding]:
     header, size = read_model(client, uri)
+    session = target.session()  # one credential lookup for every REST call
     return [
         model_finding(header, size),
         *memory_findings(ModelShape.of(header), plan, size),
         download_finding(size, plan),
-        *access_findings(target, iam_host, GcsUri.parse(uri).bucket, account),
-        quota_finding(target, quotas_host, plan),
+        *access_findings(session, iam_host, GcsUri.parse(uri).bucket, account),
+        quota_finding(session, target, quotas_host, plan),
     ]

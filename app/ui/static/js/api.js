@@ -64,23 +64,24 @@ async function errorOf(response) {
   return new ApiError(response.status, body);
 }
 
-/** GET or POST a JSON route; the parsed body, or an ApiError. */
-export async function apiJson(path, body, options = {}) {
-  const init = body === undefined ? { ...options } : { method: "POST", body: JSON.stringify(body), ...options };
+/** The answer when it is a success; an ApiError with the server's error body otherwise. */
+async function apiOk(path, init) {
   const response = await apiFetch(path, init);
   if (!response.ok) {
     throw await errorOf(response);
   }
-  return response.json();
+  return response;
+}
+
+/** GET or POST a JSON route; the parsed body, or an ApiError. */
+export async function apiJson(path, body, options = {}) {
+  const init = body === undefined ? { ...options } : { method: "POST", body: JSON.stringify(body), ...options };
+  return (await apiOk(path, init)).json();
 }
 
 /** GET a text route (/metrics). */
 export async function apiText(path) {
-  const response = await apiFetch(path);
-  if (!response.ok) {
-    throw await errorOf(response);
-  }
-  return response.text();
+  return (await apiOk(path)).text();
 }
 
 /**
@@ -88,10 +89,7 @@ export async function apiText(path) {
  * before the stream starts is an ApiError; an error event inside the stream is one too.
  */
 export async function apiStream(path, body, onData, signal) {
-  const response = await apiFetch(path, { method: "POST", body: JSON.stringify(body), signal });
-  if (!response.ok) {
-    throw await errorOf(response);
-  }
+  const response = await apiOk(path, { method: "POST", body: JSON.stringify(body), signal });
   const reader = response.body.getReader();
   const decoder = new TextDecoder();
   let buffer = "";

@@ -7,6 +7,7 @@ import { loadConversations, loadObject, newConversation, saveConversations, save
 
 const NUMBER_FIELDS = ["temperature", "top_p", "top_k", "min_p", "max_tokens", "seed"];
 const INTEGER_FIELDS = new Set(["top_k", "max_tokens", "seed"]);
+const SETTING_FIELDS = [...NUMBER_FIELDS, "system", "stop"]; // every field of the settings form
 const RANDOM_SEED = 4294967295;
 
 export class ChatView {
@@ -59,7 +60,7 @@ export class ChatView {
   }
 
   fillSettings(values) {
-    for (const name of [...NUMBER_FIELDS, "system", "stop"]) {
+    for (const name of SETTING_FIELDS) {
       const value = values[name];
       this.form.elements[name].value = value === undefined || value === null ? "" : value;
     }
@@ -73,7 +74,7 @@ export class ChatView {
   /** The fields the user changed from the server's defaults. */
   settingsOverrides() {
     const overrides = {};
-    for (const name of [...NUMBER_FIELDS, "system", "stop"]) {
+    for (const name of SETTING_FIELDS) {
       const value = this.form.elements[name].value;
       if (String(value) !== String(this.defaults[name] ?? "")) {
         overrides[name] = value;
