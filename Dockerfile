@@ -38,7 +38,7 @@ FROM build-${VARIANT} AS build
 # so one image runs on every x86-64 machine type (and the CUDA image falls back to the CPU without a
 # GPU). The flags are recorded in the venv, where the server reads them to explain a crash.
 COPY app/llama_build.py pyproject.toml /tmp/
-RUN CMAKE_ARGS="$(python3.11 /tmp/llama_build.py cmake-args) ${GPU_CMAKE_ARGS} -DLLAVA_BUILD=OFF" \
+RUN CMAKE_ARGS="$(python3.11 /tmp/llama_build.py cmake-args) ${GPU_CMAKE_ARGS}" \
     && VERSION="$(python3.11 /tmp/llama_build.py version --pyproject /tmp/pyproject.toml)" \
     && echo "$CMAKE_ARGS" > /opt/venv/.llama-cmake-args \
     && CMAKE_ARGS="$CMAKE_ARGS" LD_LIBRARY_PATH="${LIBRARY_PATH:-}" \

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.engine import Backend
-from app.engine.backend import BatchToken
+from app.engine.backend import BatchEntry
 
 CRASH_VARIABLE = "VERTEX_LLAMA_TEST_CRASH"
 MOMENTS = ("load", "decode")
@@ -57,7 +57,7 @@ class CrashingBackend:
         self._inner = inner
         self._signum = signum
 
-    def decode(self, batch: Sequence[BatchToken]) -> None:
+    def decode(self, batch: Sequence[BatchEntry]) -> None:
         die(self._signum)
         self._inner.decode(batch)
 

@@ -158,6 +158,32 @@ class Settings:
         env="LLAMA_ARG_LORA", metavar="FNAME")
     lora_scaled: tuple[tuple[str, float], ...] = option(("--lora-scaled",), "scaled", (),
         "LoRA adapter file and its scale; repeatable", metavar=("FNAME", "SCALE"))
+    mmproj: str | None = option(("-mm", "--mmproj"), "str", None,
+        "multimodal projector file (a path or gs://): images and audio in prompts (default: an mmproj-*.gguf "
+        "beside a gs:// model)", env="LLAMA_ARG_MMPROJ", metavar="FILE")
+    mmproj_auto: bool = option(("--mmproj-auto",), "bool", True,
+        "use an mmproj-*.gguf found beside a gs:// model when --mmproj is not given", env="LLAMA_ARG_MMPROJ_AUTO",
+        negative_flags=("--no-mmproj", "--no-mmproj-auto"))
+    mmproj_offload: bool = option(("--mmproj-offload",), "bool", True,
+        "run the projector on the GPU (when layers are offloaded)", env="LLAMA_ARG_MMPROJ_OFFLOAD",
+        negative_flags=("--no-mmproj-offload",))
+    image_min_tokens: int = option(("--image-min-tokens",), "int", -1,
+        "fewest tokens an image becomes, for projectors with dynamic resolution (-1: the projector's own)",
+        env="LLAMA_ARG_IMAGE_MIN_TOKENS", minimum=-1)
+    image_max_tokens: int = option(("--image-max-tokens",), "int", -1,
+        "most tokens an image becomes, for projectors with dynamic resolution (-1: the projector's own)",
+        env="LLAMA_ARG_IMAGE_MAX_TOKENS", minimum=-1)
+    media_path: str | None = option(("--media-path",), "str", None,
+        "the directory file:// media in requests may come from (default: file:// is refused)",
+        env="LLAMA_ARG_MEDIA_PATH", metavar="DIR")
+    media_urls: bool = option(("--media-urls",), "bool", False,
+        "fetch http(s) image and audio URLs given in requests (default: only data: URIs and --media-path files)",
+        env="LLAMA_ARG_MEDIA_URLS", negative_flags=("--no-media-urls",))
+    media_max_bytes: int = option(("--media-max-bytes",), "int", 20 * 1024 * 1024,
+        "largest media item a request may give or a URL may return", env="LLAMA_ARG_MEDIA_MAX_BYTES", minimum=1)
+    media_marker: str | None = option(("--media-marker",), "str", None,
+        "the text that stands for a media item in prompts and prompt_string (default: random per start, as "
+        "llama-server's; /props reports it)", env="LLAMA_MEDIA_MARKER", metavar="TEXT")
     slot_save_path: str | None = option(("--slot-save-path",), "str", None,
         "directory for POST /slots/{id}?action=save|restore files", env="LLAMA_ARG_SLOT_SAVE_PATH",
         metavar="PATH")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import secrets
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -19,7 +20,7 @@ from app.http import StaticSite, create_app
 from app.routes import bind_routes
 from app.settings import Settings
 from gcp import VertexEnvironment, vertex_routes
-from gcp.storage import fetch_model, is_gcs_uri
+from gcp.storage import fetch_model, find_projector, is_gcs_uri
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +49,7 @@ def exit_on_load_failure(exc: BaseException) -> None:
     os._exit(4)
 
 
-def backend_config(settings: Settings, model_path: str) -> LlamaConfig:
+def backend_config(settings: Settings, model_path: str, mmproj_path: str | None = None) -> LlamaConfig:
     return LlamaConfig(
         model_path=model_path,
         n_ctx=settings.ctx_size,
@@ -63,6 +64,11 @@ def backend_config(settings: Settings, model_path: str) -> LlamaConfig:
         loras=tuple(path for path, _ in settings.lora_adapters),
         embed_pooling="rank" if settings.reranking else settings.pooling,
         embed_n_ctx=settings.ubatch_size,
+        mmproj=mmproj_path,
+        mmproj_offload=settings.mmproj_offload,
+        image_min_tokens=settings.image_min_tokens,
+        image_max_tokens=settings.image_max_tokens,
+        media_marker=settings.media_marker or f"<__media_{secrets.token_hex(8)}__>",
     )
 
 
@@ -78,11 +84,14 @@ def build_application(
     ``on_ready`` runs on the engine thread once the model is loaded and the app can serve it."""
     def load_backend() -> Backend:
         """Runs on the engine thread while the server already answers 503: fetch, then load."""
-        local = model_path
-        if is_gcs_uri(model_path):
-            cache = Path(settings.model_cache_dir) if settings.model_cache_dir else None
-            local = str(fetch_model(model_path, cache))
-        return make_backend(backend_config(settings, local))
+        cache = Path(settings.model_cache_dir) if settings.model_cache_dir else None
+        local = str(fetch_model(model_path, cache)) if is_gcs_uri(model_path) else model_path
+        projector = settings.mmproj
+        if projector is None and settings.mmproj_auto and is_gcs_uri(model_path):
+            projector = find_projector(model_path)
+        if projector is not None and is_gcs_uri(projector):
+            projector = str(fetch_model(projector, cache))
+        return make_backend(backend_config(settings, local, projector))
 
     def ready() -> None:
         context.publish_loaded_model()

@@ -218,6 +218,30 @@ def _account(client: Any) -> str | None:
     return email if isinstance(email, str) and "@" in email else None
 
 
+def find_projector(uri: str, client: storage.Client | None = None) -> str | None:
+    """The ``mmproj*.gguf`` in the model's directory (``uri`` is the directory or a file in it), as a
+    gs:// URI; None when there is none. Several are an error: ``--mmproj`` must choose."""
+    parsed = GcsUri.parse(uri)
+    if parsed.name.endswith(".gguf"):
+        directory = parsed.name.rsplit("/", 1)[0] + "/" if "/" in parsed.name else ""
+    else:
+        directory = parsed.name if not parsed.name or parsed.name.endswith("/") else parsed.name + "/"
+    made_here = client is None
+    client = client or storage.Client()
+    try:
+        names = [blob.name for blob in _list(client, parsed, directory)
+                 if "/" not in blob.name[len(directory):] and blob.name[len(directory):].startswith("mmproj")
+                 and blob.name.endswith(".gguf")]
+    finally:
+        if made_here:
+            client.close()
+    if len(names) > 1:
+        listed = ", ".join(f"gs://{parsed.bucket}/{name}" for name in names)
+        raise ModelDownloadError(f"{uri}: several multimodal projectors ({listed}); give --mmproj the one to use "
+                                 "(or --no-mmproj)")
+    return f"gs://{parsed.bucket}/{names[0]}" if names else None
+
+
 def fetch_model(uri: str, cache_dir: Path | None = None, client: storage.Client | None = None) -> Path:
     """Download (or reuse) the model at ``uri``; the local path of the file to load."""
     parsed = GcsUri.parse(uri)

@@ -108,6 +108,7 @@ class FakeBackend:
     decodes_under_lora: list[tuple[frozenset[int], tuple[float, ...]]] = field(default_factory=list)
     _embedder: FakeEmbedder = field(default_factory=lambda: FakeEmbedder())
     closed: bool = False
+    media: None = None
 
     @property
     def info(self) -> ModelInfo:

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from app.engine.types import Sampled, SamplingParams
+from app.engine.types import MediaChunk, Sampled, SamplingParams
 
 
 @dataclass(frozen=True)
@@ -48,6 +48,46 @@ class BatchToken:
     pos: int
     seq: int
     logits: bool
+
+
+@dataclass(frozen=True)
+class BatchMedia:
+    """Embedding rows ``[first, first + count)`` of a media chunk for sequence ``seq``; the chunk's
+    first row is at position ``pos0`` (its rows' positions follow from it, M-RoPE included), and
+    ``logits`` asks for the last row's logits. Takes ``count`` places of a decode's ``n_batch``."""
+
+    chunk: MediaChunk
+    first: int
+    count: int
+    pos0: int
+    seq: int
+    logits: bool
+
+
+BatchEntry = BatchToken | BatchMedia
+
+
+class Media(Protocol):
+    """The multimodal projector (``--mmproj``): what it takes, and prompts with media made into
+    tokens and media chunks. ``tokenize`` is safe to call from any thread."""
+
+    @property
+    def vision(self) -> bool: ...
+
+    @property
+    def audio(self) -> bool: ...
+
+    @property
+    def marker(self) -> str:
+        """The text that stands for one media item in a prompt."""
+
+    def tokenize(self, text: str, media: Sequence[bytes], add_special: bool, parse_special: bool
+                 ) -> tuple[list[int], list[MediaChunk]]:
+        """``text`` holds one ``marker`` per item of ``media`` (image or audio file bytes, in order):
+        the prompt (placeholder ids for media rows) and its media chunks. Raises ``MediaError``."""
+
+    def whole(self, chunk: MediaChunk) -> bool:
+        """Whether the chunk must be decoded whole and alone (non-causal attention over it)."""
 
 
 class Sampler(Protocol):
@@ -114,8 +154,14 @@ class Backend(Protocol):
     def n_batch(self) -> int:
         """Most tokens one ``decode`` may carry."""
 
-    def decode(self, batch: Sequence[BatchToken]) -> None:
-        """Run one ``llama_decode``; raises ``DecodeError``. ``len(batch) <= n_batch``."""
+    @property
+    def media(self) -> Media | None:
+        """The multimodal projector, or None when the model takes text only."""
+
+    def decode(self, batch: Sequence[BatchEntry]) -> None:
+        """Run one decode of tokens and media rows (media encoded first, when not yet); raises
+        ``DecodeError``. The batch holds at most ``n_batch`` tokens and rows; a batch entry's logits
+        are at the index of its (last) row."""
 
     def new_sampler(self, params: SamplingParams) -> Sampler: ...
 

@@ -23,11 +23,12 @@ from contextvars import ContextVar
 from dataclasses import dataclass, replace
 from typing import TypeVar
 
-from app.engine.backend import Backend, ModelInfo, Vocabulary
+from app.engine.backend import Backend, Media, ModelInfo, Vocabulary
 from app.engine.errors import (
     ContextExceededError,
     EngineError,
     InvalidJobError,
+    MediaError,
     NotReadyError,
     OverloadedError,
     QueueFullError,
@@ -74,6 +75,9 @@ class ModelFacts:
     info: ModelInfo
     n_seq: int
     n_ctx_seq: int
+    vision: bool = False  # what the multimodal projector takes
+    audio: bool = False
+    media_marker: str | None = None  # the text that stands for a media item; None: text only
 
 
 class Engine:
@@ -161,6 +165,16 @@ class Engine:
         return self._loaded().vocab
 
     @property
+    def media(self) -> Media | None:
+        """The multimodal projector (tokenizing prompts with media: safe from any thread), or None."""
+        return self._loaded().media
+
+    @property
+    def facts(self) -> ModelFacts:
+        """What the model and its context are, without waking a sleeping model."""
+        return self._known()
+
+    @property
     def n_slots(self) -> int:
         return self._known().n_seq
 
@@ -200,8 +214,14 @@ class Engine:
             raise InvalidJobError("the prompt is empty: it must hold at least one token")
         if n_prompt >= backend.n_ctx_seq:
             raise ContextExceededError(n_prompt, backend.n_ctx_seq)
-        if backend.info.outside_vocabulary(request.prompt):
+        if request.media and backend.media is None:
+            raise MediaError(-1, "this model has no multimodal projector: start the server with --mmproj")
+        if backend.info.outside_vocabulary(request.text_tokens()):
             raise InvalidJobError("Prompt contains invalid tokens")
+        for chunk in request.media:
+            if chunk.n_tokens > backend.n_batch and backend.media is not None and backend.media.whole(chunk):
+                raise MediaError(-1, f"a media item takes {chunk.n_tokens} tokens, and this model decodes it in "
+                                     f"one batch of at most {backend.n_batch}: raise --batch-size")
         if request.id_slot >= backend.n_seq:
             raise InvalidJobError(f"Invalid slot ID: id_slot must be below {backend.n_seq}")
         if not 1 <= copies <= backend.n_seq:
@@ -311,7 +331,10 @@ class Engine:
                 self.on_load_failure(exc)
             return None
         self._backend = backend
-        self._facts = ModelFacts(backend.info, backend.n_seq, backend.n_ctx_seq)
+        media = backend.media
+        self._facts = ModelFacts(backend.info, backend.n_seq, backend.n_ctx_seq,
+                                 vision=media is not None and media.vision, audio=media is not None and media.audio,
+                                 media_marker=media.marker if media is not None else None)
         scheduler = Scheduler(backend, self._stats, SchedulerOptions(cont_batching=self._options.cont_batching))
         self._slots = scheduler.slots
         self._awake.set()

@@ -7,6 +7,7 @@
     │   └── QueueFullError      ... for a request admitted as one (a predict): retry later
     ├── ContextExceededError    a prompt does not fit in one slot (n_prompt_tokens, n_ctx)
     ├── InvalidJobError         a job the engine cannot run (bad token ids, bad slot id, ...)
+    │   └── MediaError          a media item the projector cannot take (item: its index in the prompt)
     ├── UnsupportedError        the model cannot do this (rank pooling without a classification head)
     ├── SlotBusyError           a slot action on a slot that is running a job
     ├── CancelledError          the job was cancelled before it finished
@@ -53,6 +54,14 @@ class ContextExceededError(EngineError):
 
 class InvalidJobError(EngineError):
     pass
+
+
+class MediaError(InvalidJobError):
+    """Media item ``item`` (0-based, in prompt order; -1: the prompt as a whole) cannot be used."""
+
+    def __init__(self, item: int, message: str) -> None:
+        super().__init__(message)
+        self.item = item
 
 
 class UnsupportedError(EngineError):

@@ -14,12 +14,12 @@ import time
 from collections import deque
 from dataclasses import dataclass, replace
 
-from app.engine.backend import Backend, BatchToken
+from app.engine.backend import Backend, BatchEntry, BatchMedia, BatchToken
 from app.engine.embedding_batches import run_embedding_decode
 from app.engine.errors import CancelledError, DecodeError, EngineError
 from app.engine.slots import ControlJob, EmbedJob, Job, Slot, SlotState
 from app.engine.stats import StatsRecorder
-from app.engine.types import Completion, FinishReason, Timings
+from app.engine.types import Completion, FinishReason, MediaChunk, Timings
 
 log = logging.getLogger(__name__)
 
@@ -109,8 +109,9 @@ class Scheduler:
             leader = self.slots[request.id_slot]
             if leader.busy:
                 return None
-        elif request.cache_prompt and max(slot.reusable_prefix(request.prompt) for slot in idle) > 0:
-            leader = max(idle, key=lambda slot: (slot.reusable_prefix(request.prompt), -slot.last_used))
+        elif request.cache_prompt and max(slot.reusable_prefix(request.prompt, request.media) for slot in idle) > 0:
+            leader = max(idle, key=lambda slot: (slot.reusable_prefix(request.prompt, request.media),
+                                                 -slot.last_used))
         else:
             leader = min(idle, key=lambda slot: slot.last_used)
         others = sorted((slot for slot in idle if slot is not leader), key=lambda slot: slot.last_used)
@@ -125,8 +126,9 @@ class Scheduler:
 
     def _start(self, slot: Slot, job: Job) -> None:
         request = job.request
-        keep = slot.reusable_prefix(request.prompt) if request.cache_prompt else 0
-        if not self.backend.forget(slot.id, keep):
+        keep = slot.reusable_prefix(request.prompt, request.media) if request.cache_prompt else 0
+        slot.media = list(request.media)
+        if not self.backend.forget(slot.id, slot.position(keep)):
             keep = 0
         slot.start(job, self._sampler_for(job), keep)  # type: ignore[arg-type]
 
@@ -152,42 +154,59 @@ class Scheduler:
         self._lora_turn += 1
         return settings[self._lora_turn % len(settings)]
 
+    def _whole_media(self, chunk: MediaChunk) -> bool:
+        media = self.backend.media
+        return media is not None and media.whole(chunk)
+
     def step(self) -> None:
         self._drop_cancelled()
         lora = self._lora_group()
         members = {slot.id for slot in self.slots if slot.job is not None and slot.job.request.lora == lora}
-        batch: list[BatchToken] = []
-        outputs: list[tuple[Slot, int]] = []
+        for slot in self.slots:  # a chunk that needs non-causal attention takes a decode of its own
+            chunk = slot.next_whole_media(self._whole_media) if slot.state is SlotState.PREFILL else None
+            if chunk is not None and slot.id in members:
+                alone = slot.take_whole_media(chunk)
+                self.backend.set_lora(lora or ())
+                self._decode([alone], [(slot, chunk.n_tokens - 1)] if alone.logits else [])
+                return
+        tokens: list[BatchEntry] = []
+        media: list[BatchEntry] = []
+        token_outputs: list[tuple[Slot, int]] = []
+        media_outputs: list[tuple[Slot, int]] = []
         for slot in self.slots:
-            if slot.id not in members:
-                continue
-            if slot.state is SlotState.GENERATE:
-                outputs.append((slot, len(batch)))
-                batch.append(BatchToken(slot.next_token, len(slot.cached), slot.id, True))
+            if slot.id in members and slot.state is SlotState.GENERATE:
+                token_outputs.append((slot, len(tokens)))
+                tokens.append(BatchToken(slot.next_token, slot.position(len(slot.cached)), slot.id, True))
                 slot.cached.append(slot.next_token)
         for slot in self.slots:
-            room = self.backend.n_batch - len(batch)
+            room = self.backend.n_batch - len(tokens) - _rows(media)
             if room <= 0:
                 break
             if slot.state is not SlotState.PREFILL or slot.id not in members:
                 continue
-            chunk, slot.pending = slot.pending[:room], slot.pending[room:]
-            for token in chunk:
-                batch.append(BatchToken(token, len(slot.cached), slot.id, False))
-                slot.cached.append(token)
+            entries = slot.take_prefill(room, self._whole_media)
+            if not entries:
+                continue
             if not slot.pending:
-                batch[-1] = replace(batch[-1], logits=True)
-                outputs.append((slot, len(batch) - 1))
-        if not batch:
+                entries[-1] = replace(entries[-1], logits=True)
+            for entry in entries:
+                batch, outputs = (media, media_outputs) if isinstance(entry, BatchMedia) else (tokens, token_outputs)
+                batch.append(entry)
+                if entry.logits:
+                    outputs.append((slot, _rows(batch) - 1))
+        if not tokens and not media:
             return
         self.backend.set_lora(lora or ())
-        self._decode(batch, outputs)
+        if media:  # this llama.cpp decodes embeddings and tokens apart: a slot's media rows come first
+            self._decode(media, media_outputs)
+        if tokens:
+            self._decode(tokens, token_outputs)
 
-    def _decode(self, batch: list[BatchToken], outputs: list[tuple[Slot, int]]) -> None:
+    def _decode(self, batch: list[BatchEntry], outputs: list[tuple[Slot, int]]) -> None:
         """Decode and sample. If the decode fails for a batch of several sequences, each sequence
         is tried again on its own (llama.cpp rolls back a failed decode), so a failure stays with
         the job it belongs to and the others go on."""
-        in_batch = {token.seq for token in batch}
+        in_batch = {entry.seq for entry in batch}
         try:
             self.backend.decode(batch)
         except DecodeError as exc:
@@ -201,12 +220,11 @@ class Scheduler:
             log.warning("llama_decode failed (%s) for slots %s: retrying them one by one", exc.code,
                         sorted(in_batch))
             for seq in sorted(in_batch):
-                sub = [token for token in batch if token.seq == seq]
+                sub = [entry for entry in batch if entry.seq == seq]
                 owner = next(slot for slot in self.slots if slot.id == seq)
-                sub_outputs = [(owner, i) for i, token in enumerate(sub) if token.logits]
-                self._decode(sub, sub_outputs)
+                self._decode(sub, [(owner, _rows(sub) - 1)] if sub[-1].logits else [])
             return
-        self.stats.on_decode(len(batch), len(in_batch))
+        self.stats.on_decode(_rows(batch), len(in_batch))
         for slot, index in outputs:
             if slot.state is SlotState.PREFILL:
                 self._prompt_done(slot, index)
@@ -330,3 +348,8 @@ class Scheduler:
             control.outcome.set_exception(error)
         self.embeddings.clear()
         self.controls.clear()
+
+
+def _rows(batch: list[BatchEntry]) -> int:
+    """The places a batch takes in a decode: a token each, a media entry its rows."""
+    return sum(entry.count if isinstance(entry, BatchMedia) else 1 for entry in batch)

@@ -12,10 +12,10 @@ from dataclasses import dataclass, field
 from itertools import count
 from typing import Any
 
-from app.engine.backend import Sampler
+from app.engine.backend import BatchEntry, BatchMedia, BatchToken, Sampler
 from app.engine.errors import EngineError
 from app.engine.generation import Generation
-from app.engine.types import EmbeddingResult, GenerationRequest, JobEvent, SlotView, TokenChunk
+from app.engine.types import EmbeddingResult, GenerationRequest, JobEvent, MediaChunk, SlotView, TokenChunk
 
 _job_ids = count()
 
@@ -102,6 +102,7 @@ class Slot:
     state: SlotState = SlotState.IDLE
     job: Job | None = None
     last_used: float = 0.0
+    media: list[MediaChunk] = field(default_factory=list)  # the media of the prompt whose rows are cached
     # Per-job state, reset by ``start``.
     pending: list[int] = field(default_factory=list)
     next_token: int = -1
@@ -122,15 +123,77 @@ class Slot:
     def busy(self) -> bool:
         return self.state is not SlotState.IDLE
 
-    def reusable_prefix(self, prompt: Sequence[int]) -> int:
-        """Prompt tokens already in the KV cells; at least one prompt token is always re-decoded."""
-        return min(common_prefix_length(self.cached, prompt), len(prompt) - 1)
+    def reusable_prefix(self, prompt: Sequence[int], media: Sequence[MediaChunk] = ()) -> int:
+        """Prompt tokens already in the KV cells; at least one prompt token is always re-decoded, and
+        a media chunk is reused whole or not at all."""
+        length = min(common_prefix_length(self.cached, prompt), len(prompt) - 1)
+        for chunk in media:
+            if chunk.start < length < chunk.start + chunk.n_tokens:
+                return chunk.start
+        return length
+
+    def position(self, index: int) -> int:
+        """The position of the token at ``index`` of ``cached``: its index, less what M-RoPE media
+        before it saved (a chunk may take fewer positions than rows)."""
+        shift = 0
+        for chunk in self.media:
+            if chunk.start + chunk.n_tokens <= index:
+                shift += chunk.n_pos - chunk.n_tokens
+        return index + shift
+
+    def _media_from(self, index: int) -> tuple[MediaChunk | None, int]:
+        """The media chunk holding prompt index ``index`` (or None), and where the next chunk starts."""
+        following = len(self.cached) + len(self.pending)
+        for chunk in self.media:
+            if chunk.start <= index < chunk.start + chunk.n_tokens:
+                return chunk, index
+            if chunk.start > index:
+                return None, min(following, chunk.start)
+        return None, following
+
+    def next_whole_media(self, whole: Callable[[MediaChunk], bool]) -> MediaChunk | None:
+        """The media chunk the prefill reaches next, if it must be decoded whole and alone."""
+        chunk, _ = self._media_from(len(self.cached))
+        return chunk if chunk is not None and self.pending and whole(chunk) else None
+
+    def take_prefill(self, room: int, whole: Callable[[MediaChunk], bool]) -> list[BatchEntry]:
+        """Up to ``room`` prompt tokens and media rows for the next decode (moved from ``pending`` to
+        ``cached``). Media rows come only before this step's tokens (a step decodes its media rows
+        first, then its tokens); it stops before a chunk that must be decoded alone."""
+        entries: list[BatchEntry] = []
+        taken = 0
+        while self.pending and taken < room:
+            index = len(self.cached)
+            chunk, end = self._media_from(index)
+            if chunk is None:
+                count = min(room - taken, end - index)
+                for token in self.pending[:count]:
+                    entries.append(BatchToken(token, self.position(len(self.cached)), self.id, False))
+                    self.cached.append(token)
+            else:
+                if whole(chunk) or any(isinstance(entry, BatchToken) for entry in entries):
+                    break
+                count = min(room - taken, chunk.start + chunk.n_tokens - index)
+                entries.append(BatchMedia(chunk, index - chunk.start, count, self.position(chunk.start), self.id,
+                                          False))
+                self.cached.extend(self.pending[:count])
+            del self.pending[:count]
+            taken += count
+        return entries
+
+    def take_whole_media(self, chunk: MediaChunk) -> BatchMedia:
+        """All of ``chunk``'s rows (it starts the pending prompt), for a decode of its own."""
+        count = chunk.n_tokens
+        self.cached.extend(self.pending[:count])
+        del self.pending[:count]
+        return BatchMedia(chunk, 0, count, self.position(chunk.start), self.id, not self.pending)
 
     def start(self, job: Job, sampler: Sampler, keep: int) -> None:
         prompt = list(job.request.prompt)
         self.job = job
         self.state = SlotState.PREFILL
         self.sampler = sampler
+        self.media = list(job.request.media)
         del self.cached[keep:]
         self.pending = prompt[keep:]
         self.next_token = -1

@@ -56,9 +56,27 @@ class FinishReason(enum.Enum):
     WORD = "word"
 
 
+@dataclass(frozen=True, eq=False)
+class MediaChunk:
+    """An image or audio piece of a prompt. Its ``n_tokens`` embedding rows sit in the prompt at
+    ``start`` as placeholder ids (``placeholder``, negative, derived from a hash of the media bytes:
+    a slot's cache matches a repeated image like any token, and never half of one). ``n_pos`` is
+    the positions it takes (fewer than its rows where the model uses M-RoPE); ``handle`` is the
+    backend's tokenized chunk, encoded on the engine thread when the slot reaches it."""
+
+    start: int
+    n_tokens: int
+    n_pos: int
+    key: str
+    placeholder: int
+    audio: bool
+    handle: object
+
+
 @dataclass(frozen=True)
 class GenerationRequest:
-    """A tokenized prompt and how to continue it."""
+    """A tokenized prompt and how to continue it. Media rows appear in ``prompt`` as their chunk's
+    placeholder id."""
 
     prompt: tuple[int, ...]
     sampling: SamplingParams = field(default_factory=SamplingParams)
@@ -71,6 +89,14 @@ class GenerationRequest:
     t_max_predict_ms: int = -1
     lora: tuple[float, ...] | None = None  # adapter scales; None: the global scales at submit time
     deadline: float | None = None  # time.monotonic() by which it ends, whatever it has generated
+    media: tuple[MediaChunk, ...] = ()  # in prompt order
+
+    def text_tokens(self) -> list[int]:
+        """The prompt without its media rows."""
+        if not self.media:
+            return list(self.prompt)
+        rows = {index for chunk in self.media for index in range(chunk.start, chunk.start + chunk.n_tokens)}
+        return [token for index, token in enumerate(self.prompt) if index not in rows]
 
 
 @dataclass(frozen=True)

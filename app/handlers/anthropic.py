@@ -24,6 +24,7 @@ from app.handlers.chat_pipeline import (
     submit_chat,
 )
 from app.handlers.generation import stream_reply
+from app.handlers.media import SOURCE_FIELD
 from app.handlers.params import validate_body
 from app.handlers.shapes import random_id
 
@@ -51,13 +52,19 @@ class ToolResultBlock(BaseModel):
     content: str | list[TextBlock] | Any = ""
 
 
+class ImageBlock(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    type: Literal["image"]
+    source: dict[str, Any]
+
+
 class ThinkingBlock(BaseModel):
     model_config = ConfigDict(extra="allow")
     type: Literal["thinking", "redacted_thinking"]
 
 
 ContentBlock = Annotated[
-    TextBlock | ToolUseBlock | ToolResultBlock | ThinkingBlock,
+    TextBlock | ImageBlock | ToolUseBlock | ToolResultBlock | ThinkingBlock,
     Field(discriminator="type"),
 ]
 
@@ -93,15 +100,35 @@ def _tool_result_text(content: Any) -> str:
     return json.dumps(content)
 
 
+def _image_part(block: ImageBlock, field: str) -> dict[str, Any]:
+    """An image block as a chat ``image_url`` part (base64 sources become data: URIs)."""
+    source = block.source
+    if source.get("type") == "base64":
+        data, media_type = source.get("data"), source.get("media_type") or "application/octet-stream"
+        if not isinstance(data, str):
+            raise InvalidRequestError(f"Field '{field}.source.data': required (base64 image data)")
+        url = f"data:{media_type};base64,{data}"
+    elif source.get("type") == "url" and isinstance(source.get("url"), str):
+        url = source["url"]
+    else:
+        raise InvalidRequestError(f"Field '{field}.source': must be a base64 source (type, media_type, data) or a "
+                                  "url source (type, url)")
+    return {"type": "image_url", "image_url": {"url": url}, SOURCE_FIELD: f"{field}.source"}
+
+
 def _convert_message(message: AnthropicMessage, number: int) -> list[dict[str, Any]]:
     if isinstance(message.content, str):
         return [{"role": message.role, "content": message.content}]
     texts: list[str] = []
+    parts: list[dict[str, Any]] = []
     calls: list[dict[str, Any]] = []
     results: list[dict[str, Any]] = []
     for index, block in enumerate(message.content):
         if isinstance(block, TextBlock):
             texts.append(block.text)
+            parts.append({"type": "text", "text": block.text})
+        elif isinstance(block, ImageBlock):
+            parts.append(_image_part(block, f"messages.{number}.content.{index}"))
         elif isinstance(block, ToolUseBlock):
             if message.role != "assistant":
                 raise InvalidRequestError(f"Field 'messages.{number}.content.{index}': tool_use is an assistant block")
@@ -113,8 +140,12 @@ def _convert_message(message: AnthropicMessage, number: int) -> list[dict[str, A
             results.append({"role": "tool", "tool_call_id": block.tool_use_id,
                             "content": _tool_result_text(block.content)})
     converted: list[dict[str, Any]] = list(results)
-    if texts or calls:
-        item: dict[str, Any] = {"role": message.role, "content": "\n".join(texts) if texts else None}
+    if len(parts) > len(texts):  # images: chat parts, in order
+        content: Any = parts
+    else:
+        content = "\n".join(texts) if texts else None
+    if content or calls:
+        item: dict[str, Any] = {"role": message.role, "content": content}
         if calls:
             item["tool_calls"] = calls
         converted.append(item)
@@ -201,7 +232,7 @@ def post_messages(ctx: ServerContext, request: ApiRequest) -> ApiReply:
 
 def post_count_tokens(ctx: ServerContext, request: ApiRequest) -> ApiReply:
     body = validate_body(MessagesBody, request.json_object())
-    _, tokens, _ = chat_prompt_tokens(ctx, to_chat(body))
+    tokens = chat_prompt_tokens(ctx, to_chat(body)).tokens
     return ApiReply(body={"input_tokens": len(tokens)})
 
 

@@ -31,7 +31,7 @@ def post_apply_template(ctx: ServerContext, request: ApiRequest) -> ApiReply:
 
 def post_chat_input_tokens(ctx: ServerContext, request: ApiRequest) -> ApiReply:
     body = validate_body(ChatBody, request.json_object())
-    _, tokens, _ = chat_prompt_tokens(ctx, body)
+    tokens = chat_prompt_tokens(ctx, body).tokens
     return ApiReply(body={"input_tokens": len(tokens), "object": "response.input_tokens"})
 
 

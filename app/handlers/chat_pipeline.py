@@ -13,9 +13,10 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from app.context import ServerContext
 from app.engine import Completion, FinishReason, GenerationRequest, TokenChunk
-from app.engine.types import TokenProbs
+from app.engine.types import MediaChunk, TokenProbs
 from app.errors import InvalidRequestError
 from app.handlers.generation import JobGroup, Streamed
+from app.handlers.media import SOURCE_FIELD, MediaItem, decode_base64, media_from_url, media_marker, tokenize_with_media
 from app.handlers.params import GenerationFields, completions_count, generation_request, grammar_for
 from app.handlers.reasoning import FORMATS, OPEN, ReasoningStream, split_reasoning
 from app.handlers.shapes import finish_reason, probability_entries, probs_within_text
@@ -78,24 +79,47 @@ class ChatBody(GenerationFields):
     reasoning_format: str | None = None
 
 
-def _text_of(message: ChatMessage, index: int) -> str | None:
+def _part_media(ctx: ServerContext, part: ContentPart, field: str) -> MediaItem | None:
+    """The media item of an ``image_url`` or ``input_audio`` part (None for text parts)."""
+    extra = part.model_extra or {}
+    source = extra.get(SOURCE_FIELD)  # a part converted from another dialect names its own field
+    if part.type == "image_url":
+        image = extra.get("image_url")
+        url = image.get("url") if isinstance(image, dict) else image
+        if not isinstance(url, str):
+            raise InvalidRequestError(f"Field '{field}.image_url.url': required (a data: URI or a URL)")
+        return media_from_url(ctx, url, str(source or f"{field}.image_url.url"))
+    if part.type == "input_audio":
+        audio = extra.get("input_audio")
+        data = audio.get("data") if isinstance(audio, dict) else None
+        if not isinstance(data, str):
+            raise InvalidRequestError(f"Field '{field}.input_audio.data': required (base64 WAV or MP3)")
+        return MediaItem(decode_base64(ctx, data, f"{field}.input_audio.data"), f"{field}.input_audio.data")
+    if part.type not in ("text", "input_text", "output_text"):
+        raise InvalidRequestError(f"Field '{field}': content part type {part.type!r} is not supported (text, "
+                                  "image_url and input_audio are)")
+    return None
+
+
+def _text_of(ctx: ServerContext, message: ChatMessage, index: int, media: list[MediaItem]) -> str | None:
+    """The message's text; each media part becomes the media marker, its item appended to ``media``."""
     if message.content is None or isinstance(message.content, str):
         return message.content
     texts = []
-    for part in message.content:
-        if part.type not in ("text", "input_text", "output_text"):
-            raise InvalidRequestError(
-                f"Field 'messages.{index}.content': content part type {part.type!r} is not supported "
-                "(this model takes text only)"
-            )
-        texts.append(part.text or "")
+    for number, part in enumerate(message.content):
+        item = _part_media(ctx, part, f"messages.{index}.content.{number}")
+        if item is not None:
+            media.append(item)
+            texts.append(media_marker(ctx))
+        else:
+            texts.append(part.text or "")
     return "\n".join(texts)
 
 
-def template_messages(body: ChatBody) -> list[dict[str, Any]]:
+def template_messages(ctx: ServerContext, body: ChatBody, media: list[MediaItem]) -> list[dict[str, Any]]:
     rendered = []
     for index, message in enumerate(body.messages):
-        content = _text_of(message, index)
+        content = _text_of(ctx, message, index, media)
         if content is None and message.role != "assistant":
             raise InvalidRequestError(f"Field 'messages.{index}.content': required for role {message.role!r}")
         if content is None and message.role == "assistant" and not message.tool_calls:
@@ -110,12 +134,15 @@ def template_messages(body: ChatBody) -> list[dict[str, Any]]:
     return rendered
 
 
-def render_prompt(ctx: ServerContext, body: ChatBody, plan: ToolPlan | None = None) -> str:
-    """The chat rendered through the template. A trailing assistant message is a prefill: the
-    model continues it rather than starting a new turn."""
+def render_prompt(ctx: ServerContext, body: ChatBody, plan: ToolPlan | None = None,
+                  media: list[MediaItem] | None = None) -> str:
+    """The chat rendered through the template, a media marker where each media part was (their
+    items appended to ``media``). A trailing assistant message is a prefill: the model continues it
+    rather than starting a new turn."""
     template = ctx.chat_template
     renders_tools = template_renders_tools(template.source)
-    messages = messages_for_template(template_messages(body), plan, renders_tools)
+    collected = media if media is not None else []
+    messages = messages_for_template(template_messages(ctx, body, collected), plan, renders_tools)
     tools = [tool.model_dump(exclude_none=True) for tool in plan.tools] if plan and renders_tools else None
     kwargs = body.chat_template_kwargs
     if messages[-1]["role"] == "assistant" and body.add_generation_prompt:
@@ -160,10 +187,20 @@ class PreparedChat:
         return len(self.request.prompt)
 
 
-def chat_prompt_tokens(ctx: ServerContext, body: ChatBody) -> tuple[str, list[int], ToolPlan | None]:
+@dataclass(frozen=True)
+class ChatPrompt:
+    text: str
+    tokens: list[int]  # media rows as placeholders
+    media: tuple[MediaChunk, ...]
+    plan: ToolPlan | None
+
+
+def chat_prompt_tokens(ctx: ServerContext, body: ChatBody) -> ChatPrompt:
     plan = plan_tools(body.tools, body.tool_choice, body.parallel_tool_calls, ctx.chat_template.source)
-    text = render_prompt(ctx, body, plan)
-    return text, ctx.engine.vocab.tokenize(text, True, True), plan
+    media: list[MediaItem] = []
+    text = render_prompt(ctx, body, plan, media)
+    tokens, chunks = tokenize_with_media(ctx, text, media)
+    return ChatPrompt(text, tokens, chunks, plan)
 
 
 def prepare_chat(ctx: ServerContext, body: ChatBody) -> PreparedChat:
@@ -172,7 +209,8 @@ def prepare_chat(ctx: ServerContext, body: ChatBody) -> PreparedChat:
     reasoning_format = body.reasoning_format or ctx.settings.reasoning_format
     if reasoning_format not in FORMATS:
         raise InvalidRequestError(f"Field 'reasoning_format': must be one of {', '.join(FORMATS)}")
-    text, tokens, plan = chat_prompt_tokens(ctx, body)
+    prompt = chat_prompt_tokens(ctx, body)
+    text, plan = prompt.text, prompt.plan
     structured, schema = _format_schema(body)
     if structured and body.json_schema is not None:
         raise InvalidRequestError("Field 'response_format': give either response_format or json_schema, not both")
@@ -184,7 +222,7 @@ def prepare_chat(ctx: ServerContext, body: ChatBody) -> PreparedChat:
         grammar = call_grammar(plan, ctx.engine.vocab)
     top = body.top_logprobs if body.logprobs else None
     n_probs = max(1, top or 0) if body.logprobs else None
-    request = generation_request(ctx, body, tokens, grammar, n_probs)
+    request = generation_request(ctx, body, prompt.tokens, grammar, n_probs, prompt.media)
     return PreparedChat(
         prompt_text=text,
         request=request,

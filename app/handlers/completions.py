@@ -12,6 +12,7 @@ from app.context import ServerContext
 from app.engine import Completion, GenerationRequest, TokenChunk
 from app.errors import InvalidRequestError
 from app.handlers.generation import JobGroup, Streamed, stream_reply
+from app.handlers.media import prompt_object
 from app.handlers.params import GenerationFields, completions_count, generation_request, validate_body
 from app.handlers.prompts import split_prompts, tokenize_prompt
 from app.handlers.shapes import (
@@ -47,10 +48,16 @@ def _requests(ctx: ServerContext, body: CompletionBody) -> list[GenerationReques
     vocab = ctx.engine.vocab
     add_special = ctx.engine.info.add_bos
     n_probs = body.n_probs if body.n_probs is not None else body.logprobs
-    return [
-        generation_request(ctx, body, tokenize_prompt(vocab, prompt, add_special), n_probs=n_probs)
-        for prompt in split_prompts(body.prompt)
-    ]
+    prompts = split_prompts(body.prompt)
+    requests = []
+    for number, prompt in enumerate(prompts):
+        if isinstance(prompt, dict):
+            field = "prompt" if len(prompts) == 1 and isinstance(body.prompt, dict) else f"prompt.{number}"
+            tokens, media = prompt_object(ctx, prompt, field, add_special)
+        else:
+            tokens, media = tokenize_prompt(vocab, prompt, add_special), ()
+        requests.append(generation_request(ctx, body, tokens, n_probs=n_probs, media=media))
+    return requests
 
 
 def _project(body: dict[str, Any], fields: list[str] | None) -> dict[str, Any]:

@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from app.context import ServerContext
 from app.engine import GenerationRequest, SamplingParams
+from app.engine.types import MediaChunk
 from app.errors import InvalidRequestError
 from app.handlers.json_schema import schema_grammar
 from app.handlers.lora import scales_from
@@ -205,6 +206,7 @@ def generation_request(
     prompt: list[int],
     grammar: str | None = None,
     n_probs: int | None = None,
+    media: tuple[MediaChunk, ...] = (),
 ) -> GenerationRequest:
     if grammar is None:
         grammar = grammar_for(ctx, fields.grammar, fields.json_schema, "json_schema")
@@ -220,4 +222,5 @@ def generation_request(
         n_indent=fields.n_indent,
         t_max_predict_ms=fields.t_max_predict_ms,
         lora=lora,
+        media=media,
     )

@@ -24,6 +24,7 @@ from app.handlers.chat_pipeline import (
     submit_chat,
 )
 from app.handlers.generation import stream_reply
+from app.handlers.media import SOURCE_FIELD
 from app.handlers.params import validate_body
 from app.handlers.shapes import random_id
 
@@ -33,11 +34,21 @@ class TextPart(BaseModel):
     text: str
 
 
+class ImagePart(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    type: Literal["input_image"]
+    image_url: str | None = None
+    file_id: str | None = None
+
+
+InputPart = Annotated[TextPart | ImagePart, Field(discriminator="type")]
+
+
 class MessageItem(BaseModel):
     model_config = ConfigDict(extra="allow")
     type: Literal["message"] = "message"
     role: Literal["user", "system", "developer", "assistant"]
-    content: str | list[TextPart]
+    content: str | list[InputPart]
 
 
 class FunctionCallItem(BaseModel):
@@ -94,8 +105,23 @@ class ResponsesBody(BaseModel):
     model: str | None = None
 
 
-def _text_of(content: str | list[TextPart]) -> str:
-    return content if isinstance(content, str) else "\n".join(part.text for part in content)
+def _content(content: str | list[InputPart], field: str) -> str | list[dict[str, Any]]:
+    """A message's content as chat content: text, or chat parts when it holds images."""
+    if isinstance(content, str):
+        return content
+    if all(isinstance(part, TextPart) for part in content):
+        return "\n".join(part.text for part in content if isinstance(part, TextPart))
+    parts: list[dict[str, Any]] = []
+    for number, part in enumerate(content):
+        if isinstance(part, TextPart):
+            parts.append({"type": "text", "text": part.text})
+        elif part.image_url is None:
+            raise InvalidRequestError(f"Field '{field}.{number}.image_url': required (file_id is not supported "
+                                      "here: there is no file store)")
+        else:
+            parts.append({"type": "image_url", "image_url": {"url": part.image_url},
+                          SOURCE_FIELD: f"{field}.{number}"})
+    return parts
 
 
 def _messages(body: ResponsesBody) -> list[dict[str, Any]]:
@@ -104,9 +130,9 @@ def _messages(body: ResponsesBody) -> list[dict[str, Any]]:
         messages.append({"role": "system", "content": body.instructions})
     if isinstance(body.input, str):
         return [*messages, {"role": "user", "content": body.input}]
-    for item in body.input:
+    for number, item in enumerate(body.input):
         if isinstance(item, MessageItem):
-            messages.append({"role": item.role, "content": _text_of(item.content)})
+            messages.append({"role": item.role, "content": _content(item.content, f"input.{number}.content")})
         elif isinstance(item, FunctionCallItem):
             call = {"id": item.call_id or item.id, "type": "function",
                     "function": {"name": item.name, "arguments": item.arguments}}
@@ -250,7 +276,7 @@ def post_responses(ctx: ServerContext, request: ApiRequest) -> ApiReply:
 
 def post_responses_input_tokens(ctx: ServerContext, request: ApiRequest) -> ApiReply:
     body = validate_body(ResponsesBody, request.json_object())
-    _, tokens, _ = chat_prompt_tokens(ctx, to_chat(body))
+    tokens = chat_prompt_tokens(ctx, to_chat(body)).tokens
     return ApiReply(body={"input_tokens": len(tokens), "object": "response.input_tokens"})
 
 

@@ -22,8 +22,15 @@ def _default_request(ctx: ServerContext) -> GenerationRequest:
     return GenerationRequest(prompt=(), sampling=ctx.settings.sampling_defaults)
 
 
+def capabilities(ctx: ServerContext) -> list[str]:
+    """What the served model takes, in llama-server's /v1/models words."""
+    facts = ctx.engine.facts
+    return ["completion", *(["multimodal"] if facts.vision or facts.audio else [])]
+
+
 def get_props(ctx: ServerContext, request: ApiRequest) -> ApiReply:
     info = ctx.engine.info
+    facts = ctx.engine.facts
     settings = ctx.settings
     template = ctx.chat_template
     return ApiReply(body={
@@ -34,7 +41,8 @@ def get_props(ctx: ServerContext, request: ApiRequest) -> ApiReply:
         "total_slots": ctx.engine.n_slots,
         "model_alias": ctx.model_name,
         "model_path": ctx.model_path,
-        "modalities": {"vision": False, "video": False, "audio": False},
+        "modalities": {"vision": facts.vision, "video": False, "audio": facts.audio},
+        "media_marker": facts.media_marker,
         "endpoint_slots": settings.slots,
         "endpoint_props": settings.props,
         "endpoint_metrics": settings.metrics,
@@ -68,7 +76,7 @@ def get_models(ctx: ServerContext, request: ApiRequest) -> ApiReply:
             "type": "model",
             "description": "",
             "tags": [""],
-            "capabilities": ["completion"],
+            "capabilities": capabilities(ctx),
             "parameters": "",
             "details": {
                 "parent_model": "",

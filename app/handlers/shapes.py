@@ -117,6 +117,17 @@ def legacy_logprobs(entries: list[dict[str, Any]], offset: int = 0) -> dict[str,
     }
 
 
+def _prompt_text(ctx: ServerContext, request: GenerationRequest) -> str:
+    """The prompt as text; each media chunk as the media marker."""
+    vocab = ctx.engine.vocab
+    starts = {chunk.start for chunk in request.media}
+    marker = ctx.engine.facts.media_marker or ""
+    return "".join(
+        (marker if index in starts else "") if token < 0 else vocab.piece(token, True).decode("utf-8", "replace")
+        for index, token in enumerate(request.prompt)
+    )
+
+
 def native_final(
     ctx: ServerContext,
     request: GenerationRequest,
@@ -126,9 +137,7 @@ def native_final(
     return_tokens: bool,
 ) -> dict[str, Any]:
     """The final object of POST /completion (non-streaming, or the last event of a stream)."""
-    prompt_text = "".join(
-        ctx.engine.vocab.piece(token, True).decode("utf-8", "replace") for token in request.prompt
-    )
+    prompt_text = _prompt_text(ctx, request)
     return {
         "index": index,
         "content": "" if stream else result.text,

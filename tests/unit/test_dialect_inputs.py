@@ -34,7 +34,10 @@ def test_bad_responses_items_are_400s_naming_the_field(client: FlaskClient, body
 
 @pytest.mark.parametrize(("content", "expected"), [
     ([{"type": "text", "text": 5}], "Field 'messages.0.content.0.text': Input should be a valid string"),
-    ([{"type": "image", "source": {"type": "base64", "data": "AA=="}}], "Field 'messages.0.content.0'"),
+    ([{"type": "image", "source": {"type": "base64", "data": "AA=="}}],
+     "Field 'messages.0.content.0.source': this model has no multimodal projector: start the server with --mmproj"),
+    ([{"type": "image", "source": {"type": "file", "file_id": "f"}}],
+     "Field 'messages.0.content.0.source': must be a base64 source"),
     ([{"type": "tool_result", "tool_use_id": "t1", "content": "x"}], ""),
 ])
 def test_bad_anthropic_blocks_are_400s_naming_the_field(client: FlaskClient, content: list[Any],

@@ -12,14 +12,15 @@ import ctypes
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import llama_cpp as lc
 
-from app.engine.backend import BatchToken, ModelInfo
+from app.engine.backend import BatchEntry, BatchMedia, BatchToken, ModelInfo
 from app.engine.errors import DecodeError, ModelLoadError, UnsupportedError
 from app.engine.llama.embedder import POOLING_NAMES, LlamaEmbedder
 from app.engine.llama.ggml import install_log_callback, load_ggml_backends
+from app.engine.llama.media import LlamaMedia
 from app.engine.llama.sampler import LlamaSampler, new_sampler
 from app.engine.llama.vocab import LlamaVocabulary, model_meta
 from app.engine.types import SamplingParams
@@ -43,6 +44,11 @@ class LlamaConfig:
     embed_pooling: str = "unspecified"  # none, mean, cls, last, rank, or the model's own
     embed_n_ctx: int = 512
     embed_n_seq: int = 64
+    mmproj: str | None = None  # the multimodal projector file
+    mmproj_offload: bool = True
+    image_min_tokens: int = -1  # -1: the projector's own
+    image_max_tokens: int = -1
+    media_marker: str = "<__media__>"  # what stands for a media item in a prompt's text
 
 
 class LlamaBackend:
@@ -93,6 +99,17 @@ class LlamaBackend:
             self._adapters.append(adapter)
         self._lora: tuple[float, ...] = ()
         self._embedder: LlamaEmbedder | None = None
+        self.media: LlamaMedia | None = None
+        self._mixed: Any = None  # the llama_batch_ext for decodes that carry media rows
+        if config.mmproj:
+            try:
+                self.media = LlamaMedia(self._model, config.mmproj, config.n_threads_batch,
+                                        config.mmproj_offload and config.n_gpu_layers != 0,
+                                        config.image_min_tokens, config.image_max_tokens, config.media_marker)
+            except ModelLoadError:
+                self.close()
+                raise
+            self._mixed = lc.llama_batch_ext_init(self._ctx)
         self.vocab = LlamaVocabulary(self._model, vocab)
         self.info = self._read_info(config.model_path, vocab)
         self._warm_up(vocab)
@@ -137,11 +154,15 @@ class LlamaBackend:
             pooling=self._declared_pooling(),
         )
 
-    def decode(self, batch: Sequence[BatchToken]) -> None:
-        if not 0 < len(batch) <= self.n_batch:
+    def decode(self, batch: Sequence[BatchEntry]) -> None:
+        if any(isinstance(entry, BatchMedia) for entry in batch):
+            self._decode_mixed(batch)
+            return
+        tokens = cast(Sequence[BatchToken], batch)
+        if not 0 < len(tokens) <= self.n_batch:
             raise DecodeError(-1)
         raw = self._batch
-        for index, entry in enumerate(batch):
+        for index, entry in enumerate(tokens):
             raw.token[index] = entry.token
             raw.pos[index] = entry.pos
             raw.n_seq_id[index] = 1
@@ -149,6 +170,51 @@ class LlamaBackend:
             raw.logits[index] = entry.logits
         raw.n_tokens = len(batch)
         code = lc.llama_decode(self._ctx, raw)
+        if code != 0:
+            raise DecodeError(int(code))
+
+    def _decode_mixed(self, batch: Sequence[BatchEntry]) -> None:
+        """Media rows through llama.cpp's extended batch. Its entries must all be of one kind (this
+        llama.cpp refuses tokens beside embeddings), so the scheduler decodes a step's media rows
+        apart from its tokens; a chunk that needs non-causal attention comes alone."""
+        assert self.media is not None
+        if not all(isinstance(entry, BatchMedia) for entry in batch):
+            raise DecodeError(-1)
+        rows = sum(entry.count for entry in batch if isinstance(entry, BatchMedia))
+        if not 0 < rows <= self.n_batch:
+            raise DecodeError(-1)
+        first = batch[0]
+        if len(batch) == 1 and isinstance(first, BatchMedia) and self.media.whole(first.chunk):
+            lc.llama_set_causal_attn(self._ctx, False)
+            try:
+                self._process(batch)
+            finally:
+                lc.llama_set_causal_attn(self._ctx, True)
+            return
+        self._process(batch)
+
+    def _process(self, batch: Sequence[BatchEntry]) -> None:
+        assert self.media is not None
+        ext = self._mixed
+        lc.llama_batch_ext_clear(ext)
+        pos = (lc.llama_pos * 4)()
+        row_bytes = self.media.n_embd * ctypes.sizeof(ctypes.c_float)
+        for entry in batch:
+            assert isinstance(entry, BatchMedia)
+            base = ctypes.addressof(self.media.embeddings(entry.chunk))
+            places = self.media.positions(entry.chunk, entry.pos0)
+            index = -1
+            for row in range(entry.first, entry.first + entry.count):
+                data = ctypes.cast(base + row * row_bytes, ctypes.POINTER(ctypes.c_float))
+                index = lc.llama_batch_ext_add_embd(ext, entry.seq, lc.llama_embd(data, 1, self.media.n_embd))
+                if index < 0:
+                    raise DecodeError(-1)
+                for axis, value in enumerate(places[row]):
+                    pos[axis] = value
+                lc.llama_batch_ext_set_pos(ext, index, pos)
+            if entry.logits:
+                lc.llama_batch_ext_set_output_logits(ext, index, True)
+        code = lc.llama_process(self._ctx, lc.LLAMA_PROCESS_TYPE_DECODE, ext)
         if code != 0:
             raise DecodeError(int(code))
 
@@ -203,6 +269,12 @@ class LlamaBackend:
         return self._embedder
 
     def close(self) -> None:
+        if self.media is not None:
+            self.media.close()
+            self.media = None
+        if self._mixed:
+            lc.llama_batch_ext_free(self._mixed)
+            self._mixed = None
         if self._embedder is not None:
             self._embedder.close()
             self._embedder = None

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import llama_cpp as lc
+from llama_cpp import mtmd_cpp as mt
 
 from app.engine.errors import ModelLoadError
 
@@ -42,6 +43,7 @@ def install_log_callback(verbose: bool) -> None:
 
     _log_callback_ref = callback
     lc.llama_log_set(callback, ctypes.c_void_p(0))
+    mt.mtmd_helper_log_set(callback, ctypes.c_void_p(0))  # libmtmd (the projector) logs the same way
 
 
 GGML_DEVICE_CPU = 0  # GGML_BACKEND_DEVICE_TYPE_CPU

@@ -1,0 +1,72 @@
+"""A tiny vision projector for the embedded SmolLM2 model, made with the gguf package (no model hub
+here): LLaVA's ``mlp`` projector type (a CLIP-style encoder and a two-layer MLP into the language
+model's embedding width) with random weights. libmtmd loads it and runs its real preprocessing,
+encoding and decoding paths; what the model says about an image means nothing.
+
+Not SmolVLM's ``idefics3`` type: its prompt template needs special tokens (``<row_1_col_1>``,
+``<fake_token_around_image>``) that the SmolLM2 vocabulary lacks, so libmtmd fills them with
+LLAMA_TOKEN_NULL; the ``mlp`` type adds no tokens of its own."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import gguf
+import numpy as np
+
+SMOLLM2_EMBD = 576  # the embedded model's embedding width: the projector's output must match it
+
+
+def make_vision_projector(path: Path, seed: int = 0, image_size: int = 32, patch_size: int = 8,
+                          n_embd: int = 32, n_layer: int = 2, text_embd: int = SMOLLM2_EMBD) -> Path:
+    """Every image becomes ``(image_size / patch_size) ** 2`` tokens (16 by default), one chunk;
+    the encoder runs ``n_layer - 1`` layers (LLaVA takes the second to last layer's output)."""
+    rng = np.random.default_rng(seed)
+    n_ff = 2 * n_embd
+    n_patches = (image_size // patch_size) ** 2
+    writer = gguf.GGUFWriter(str(path), arch="clip")
+    writer.add_name("test-vision-projector")
+    writer.add_string("clip.projector_type", "mlp")
+    writer.add_bool("clip.has_vision_encoder", True)
+    writer.add_bool("clip.has_audio_encoder", False)
+    writer.add_bool("clip.use_gelu", True)
+    writer.add_uint32("clip.vision.image_size", image_size)
+    writer.add_uint32("clip.vision.patch_size", patch_size)
+    writer.add_uint32("clip.vision.embedding_length", n_embd)
+    writer.add_uint32("clip.vision.feed_forward_length", n_ff)
+    writer.add_uint32("clip.vision.block_count", n_layer)
+    writer.add_uint32("clip.vision.projection_dim", text_embd)
+    writer.add_uint32("clip.vision.attention.head_count", 2)
+    writer.add_float32("clip.vision.attention.layer_norm_epsilon", 1e-6)
+    writer.add_array("clip.vision.image_mean", [0.5, 0.5, 0.5])
+    writer.add_array("clip.vision.image_std", [0.5, 0.5, 0.5])
+
+    def tensor(name: str, *shape: int, scale: float = 0.2) -> None:
+        writer.add_tensor(name, (rng.standard_normal(shape) * scale).astype(np.float32))
+
+    def norm(name: str) -> None:
+        writer.add_tensor(f"{name}.weight", np.ones(n_embd, dtype=np.float32))
+        writer.add_tensor(f"{name}.bias", np.zeros(n_embd, dtype=np.float32))
+
+    tensor("v.patch_embd.weight", n_embd, 3, patch_size, patch_size)
+    tensor("v.position_embd.weight", n_patches, n_embd)
+    norm("v.pre_ln")
+    for layer in range(n_layer):
+        for part in ("attn_q", "attn_k", "attn_v", "attn_out"):
+            tensor(f"v.blk.{layer}.{part}.weight", n_embd, n_embd)
+            tensor(f"v.blk.{layer}.{part}.bias", n_embd)
+        norm(f"v.blk.{layer}.ln1")
+        norm(f"v.blk.{layer}.ln2")
+        tensor(f"v.blk.{layer}.ffn_up.weight", n_ff, n_embd)
+        tensor(f"v.blk.{layer}.ffn_up.bias", n_ff)
+        tensor(f"v.blk.{layer}.ffn_down.weight", n_embd, n_ff)
+        tensor(f"v.blk.{layer}.ffn_down.bias", n_embd)
+    tensor("mm.0.weight", text_embd, n_embd, scale=0.5)
+    tensor("mm.0.bias", text_embd, scale=0.1)
+    tensor("mm.2.weight", text_embd, text_embd, scale=0.1)
+    tensor("mm.2.bias", text_embd, scale=0.1)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
