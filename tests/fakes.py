@@ -11,8 +11,10 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from app.engine import BatchToken, DecodeError, InvalidJobError, ModelInfo, SamplingParams
+from app.engine.backend import BatchEntry
 from app.engine.types import Sampled, TokenProbs
 
 EOS = 2
@@ -108,7 +110,7 @@ class FakeBackend:
     decodes_under_lora: list[tuple[frozenset[int], tuple[float, ...]]] = field(default_factory=list)
     _embedder: FakeEmbedder = field(default_factory=lambda: FakeEmbedder())
     closed: bool = False
-    media: None = None
+    media: Any = None  # a projector (tests/unit/test_media_scheduling.py gives one)
 
     @property
     def info(self) -> ModelInfo:
@@ -118,7 +120,9 @@ class FakeBackend:
             add_bos=False, chat_template=None, description="fake", build_info="b0-fake",
         )
 
-    def decode(self, batch: Sequence[BatchToken]) -> None:
+    def decode(self, entries: Sequence[BatchEntry]) -> None:
+        batch = [entry for entry in entries if isinstance(entry, BatchToken)]
+        assert len(batch) == len(entries), "media rows sent to a backend without a projector"
         assert 0 < len(batch) <= self.n_batch, f"batch of {len(batch)} tokens over n_batch {self.n_batch}"
         if self.decode_seconds:
             time.sleep(self.decode_seconds)

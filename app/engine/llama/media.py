@@ -90,6 +90,8 @@ class LlamaMedia:
         buffer = (ctypes.c_uint8 * len(data)).from_buffer_copy(data)
         with self._lock:
             bitmap = mt.mtmd_helper_bitmap_init_from_buf(self._ctx, buffer, len(data), False) if data else None
+        if not bitmap and _looks_like_audio(data) and not self.audio:
+            raise MediaError(index, "this is audio, and the model's projector takes images only")
         if not bitmap:
             raise MediaError(index, "the data is not an image or audio file that can be decoded (images: JPEG, "
                                     "PNG, BMP, GIF, TGA, PSD, HDR, PNM; audio: WAV, MP3, FLAC), or it is truncated")
@@ -186,6 +188,13 @@ class LlamaMedia:
         if self._ctx:
             mt.mtmd_free(self._ctx)
             self._ctx = None
+
+
+def _looks_like_audio(data: bytes) -> bool:
+    """libmtmd's own test for an audio file (WAV, MP3, FLAC): it decodes audio only when the
+    projector takes audio, so an audio file to a vision projector fails as undecodable."""
+    return ((data[:4] == b"RIFF" and data[8:12] == b"WAVE") or data[:3] == b"ID3" or data[:4] == b"fLaC"
+            or (len(data) > 1 and data[0] == 0xFF and data[1] & 0xE0 == 0xE0))
 
 
 def _pointer(chunk: MediaChunk) -> int:
