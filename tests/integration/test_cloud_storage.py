@@ -18,6 +18,7 @@ import gcp.storage as storage_module
 from app.model_files import embedded_model_path
 from gcp.storage import fetch_model
 from tests.integration.conftest import Server, launch, start, storage_emulator
+from tests.projectors import make_vision_projector
 
 
 @pytest.fixture(scope="module")
@@ -41,6 +42,11 @@ def emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         bucket.blob("ambiguous/a.gguf").upload_from_string(b"GGUF")
         bucket.blob("ambiguous/b.gguf").upload_from_string(b"GGUF")
         bucket.blob("empty/readme.txt").upload_from_string(b"no model here")
+        projector = make_vision_projector(tmp_path_factory.mktemp("projector") / "mmproj-test.gguf")
+        for name in ("vlm/model.gguf", "two-projectors/model.gguf"):
+            bucket.blob(name).upload_from_filename(str(model))
+        for name in ("vlm/mmproj-test.gguf", "two-projectors/mmproj-a.gguf", "two-projectors/mmproj-b.gguf"):
+            bucket.blob(name).upload_from_filename(str(projector))
         client.close()  # its HTTP session's sockets
         yield host
 
@@ -100,6 +106,20 @@ def test_a_split_gguf_directory(tmp_path: Path, emulator: str) -> None:
         server.stop()
 
 
+def test_a_projector_beside_the_model_is_used(tmp_path: Path, emulator: str) -> None:
+    server = serve(tmp_path, emulator, ["--model", "gs://models/vlm/"])
+    try:
+        assert requests.get(server.url("/props"), timeout=10).json()["modalities"]["vision"] is True
+        assert (tmp_path / "cache" / "models" / "vlm" / "mmproj-test.gguf").is_file()
+    finally:
+        assert server.stop() == 0
+    plain = serve(tmp_path, emulator, ["--model", "gs://models/vlm/model.gguf", "--no-mmproj"])
+    try:
+        assert requests.get(plain.url("/props"), timeout=10).json()["modalities"]["vision"] is False
+    finally:
+        assert plain.stop() == 0
+
+
 def test_aip_storage_uri(tmp_path: Path, emulator: str) -> None:
     server = serve(tmp_path, emulator, [], {"AIP_MODE": "PREDICTION", "AIP_STORAGE_URI": "gs://models/smol"})
     try:
@@ -118,6 +138,7 @@ def test_aip_storage_uri(tmp_path: Path, emulator: str) -> None:
         ("gs://models/missing.gguf", "gs://models/missing.gguf: no such object"),
         ("gs://models/empty/", "gs://models/empty/: no .gguf file in this directory"),
         ("gs://models/ambiguous/", "several .gguf models"),
+        ("gs://models/two-projectors/", "several multimodal projectors"),
     ],
 )
 def test_bad_uris_stop_start_up_naming_the_uri(tmp_path: Path, emulator: str, uri: str, message: str) -> None:
