@@ -17,7 +17,7 @@ from typing import Any
 
 from app.fault_injection import CRASH_VARIABLE, Crash, CrashSpecError, parse_crash
 from app.logs import configure_logging
-from app.model_files import ModelFileError, resolve_model_path
+from app.model_files import ModelFileError, local_projector, resolve_model_path
 from app.routes import ROUTES
 from app.settings import Settings, SettingsError, parse_settings
 from gcp import VertexEnvironment, VertexEnvironmentError, read_vertex_environment
@@ -78,9 +78,13 @@ def prepare(argv: Sequence[str], environ: Mapping[str, str]) -> tuple[Settings, 
                   "--artifact-uri gs://BUCKET/DIR (python -m gcp upload --artifact-uri ...) or set LLAMA_ARG_MODEL. "
                   "The embedded demo model is served only outside Vertex AI")
         sys.exit(1)
-    if is_gcs_uri(source):
-        return settings, str(source), vertex, listen_port(settings, vertex)  # downloaded by the worker
     try:
+        if settings.mmproj is None or not is_gcs_uri(settings.mmproj):
+            projector = local_projector(None if is_gcs_uri(source) else source, settings.mmproj, settings.mmproj_auto)
+            if projector is not None:
+                settings = dataclasses.replace(settings, mmproj=str(projector))
+        if is_gcs_uri(source):
+            return settings, str(source), vertex, listen_port(settings, vertex)  # downloaded by the worker
         model_path = str(resolve_model_path(source))
     except ModelFileError as exc:
         log.error("%s", exc)

@@ -53,3 +53,27 @@ def resolve_model_path(model: str | None) -> Path:
         if handle.read(4) != b"GGUF":
             raise ModelFileError(f"not a GGUF file: {path}")
     return path
+
+
+def local_projector(model: str | None, mmproj: str | None, auto: bool) -> Path | None:
+    """The local projector file: ``--mmproj`` checked (it must exist and be GGUF), or with
+    ``--mmproj-auto`` the one ``mmproj*.gguf`` in a model directory; raises ``ModelFileError``."""
+    if mmproj is not None:
+        path = Path(mmproj)
+    elif auto and model and Path(model).is_dir():
+        found = sorted(Path(model).glob("mmproj*.gguf"))
+        if len(found) > 1:
+            names = ", ".join(p.name for p in found)
+            raise ModelFileError(f"{model} holds several multimodal projectors ({names}); give --mmproj the one to "
+                                 "use (or --no-mmproj)")
+        if not found:
+            return None
+        path = found[0]
+    else:
+        return None
+    if not path.is_file():
+        raise ModelFileError(f"--mmproj: projector file not found: {path}")
+    with path.open("rb") as handle:
+        if handle.read(4) != b"GGUF":
+            raise ModelFileError(f"--mmproj: not a GGUF file: {path}")
+    return path

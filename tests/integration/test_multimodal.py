@@ -20,7 +20,8 @@ import pytest
 import requests
 from PIL import Image
 
-from tests.integration.conftest import Server, start
+from app.model_files import embedded_model_path
+from tests.integration.conftest import Server, launch, start
 from tests.projectors import make_vision_projector
 
 IMAGE_TOKENS = 16  # the generated projector: (32 / 8) ** 2 patches per image
@@ -235,3 +236,9 @@ def test_an_image_to_a_text_only_model_names_the_flag(vertex_server: Server) -> 
     assert response.status_code == 400
     message = response.json()["error"]["message"]
     assert "messages.0.content.1.image_url.url" in message and "--mmproj" in message
+
+
+def test_a_file_that_is_not_a_projector_stops_the_server(server_dir: Path) -> None:
+    stopped = launch(server_dir, ["--mmproj", str(embedded_model_path()), "-np", "1", "-c", "512"])
+    assert stopped.process.wait(120) == 4
+    assert "could not load the multimodal projector" in stopped.log()
