@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import io
+import os
 import struct
 import threading
 import wave
@@ -61,10 +62,24 @@ def media_dir(server_dir: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def server(server_dir: Path, media_dir: Path) -> Iterator[Server]:
+def decoy_bin(server_dir: Path) -> Path:
+    """ffprobe and ffmpeg stand-ins on the server's PATH that leave a mark when run: libmtmd's video
+    path would hand them request bytes it cannot decode."""
+    directory = server_dir / "decoy-bin"
+    directory.mkdir()
+    for name in ("ffprobe", "ffmpeg"):
+        script = directory / name
+        script.write_text(f"#!/bin/sh\ntouch {directory}/ran-{name}\nexit 1\n")
+        script.chmod(0o755)
+    return directory
+
+
+@pytest.fixture(scope="module")
+def server(server_dir: Path, media_dir: Path, decoy_bin: Path) -> Iterator[Server]:
     projector = make_vision_projector(server_dir / "mmproj-test.gguf")
     running = start(server_dir, ["--mmproj", str(projector), "-np", "2", "-c", "2048", "--media-path",
-                                 str(media_dir)], {"AIP_MODE": "PREDICTION"})
+                                 str(media_dir)], {"AIP_MODE": "PREDICTION",
+                                                   "PATH": f"{decoy_bin}:{os.environ['PATH']}"})
     yield running
     assert running.stop() == 0, running.log()
 
@@ -214,6 +229,12 @@ def test_bad_media_is_a_400_naming_the_part(server: Server, part: dict[str, Any]
     assert error["type"] == "invalid_request_error"
     assert "messages.0.content.1" in error["message"] and expected in error["message"], error["message"]
     assert requests.get(server.url("/health"), timeout=10).status_code == 200
+
+
+def test_undecodable_bytes_never_reach_an_ffmpeg_on_the_path(server: Server, decoy_bin: Path) -> None:
+    for data in (b"RIFF....WEBPVP8 not really", b"\x00\x00\x00\x18ftypmp42 not a video", b"garbage"):
+        assert chat(server, [image_part(data)]).status_code == 400
+    assert sorted(path.name for path in decoy_bin.iterdir()) == ["ffmpeg", "ffprobe"]
 
 
 def test_more_media_than_a_slot_holds_is_a_400(server: Server) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import gzip
+import io
 import json
 import os
 import shutil
@@ -15,6 +16,7 @@ from pathlib import Path
 
 import pytest
 import requests
+from PIL import Image
 from playwright.sync_api import (
     Browser,
     ConsoleMessage,
@@ -28,6 +30,7 @@ from playwright.sync_api import (
 )
 
 from tests.integration.conftest import ROOT, Server, launch, start
+from tests.projectors import make_vision_projector
 
 ARTIFACTS = ROOT / ".ui-test-artifacts"
 CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome")
@@ -225,32 +228,43 @@ def test_the_predict_console_sends_three_instances_and_shows_the_error(vertex_se
     assert console.errors == []
 
 
-PIXEL_PNG = bytes.fromhex("89504e470d0a1a0a0000000d4948445200000001000000010806000000"
-                          "1f15c4890000000d49444154789c6360f8cfc0f01f0005000201e5270ede0000000049454e44ae426082")
+def small_png() -> bytes:
+    buffer = io.BytesIO()
+    Image.new("RGB", (8, 8), (30, 140, 90)).save(buffer, "PNG")
+    return buffer.getvalue()
 
 
-def test_an_image_goes_as_an_openai_image_part_when_the_model_has_vision(vertex_server: Server, page: Page) -> None:
-    """No projector can be loaded here (multimodal serving is another issue): /props is made to say
-    vision, and the text-only server's refusal is shown as the answer's error."""
-    def with_vision(route: Route) -> None:
-        props = route.fetch().json()
-        route.fulfill(json={**props, "modalities": {"vision": True, "video": False, "audio": False}})
+PIXEL_PNG = small_png()
 
-    page.route("**/props", with_vision)
-    open_ui(page, vertex_server)
+
+@pytest.fixture(scope="module")
+def vision_server(server_dir: Path) -> Iterator[Server]:
+    """A server with a generated vision projector (tests/projectors.py)."""
+    projector = make_vision_projector(server_dir / "ui-mmproj.gguf")
+    running = start(server_dir, ["--mmproj", str(projector), "-np", "2", "-c", "2048"])
+    yield running
+    assert running.stop() == 0, running.log()
+
+
+def test_an_attached_image_is_sent_as_an_openai_image_part_and_answered(vision_server: Server, page: Page,
+                                                                        console: Console) -> None:
+    open_ui(page, vision_server)
     expect(page.locator("#image-picker")).to_be_visible()
     pixel: FilePayload = {"name": "pixel.png", "mimeType": "image/png", "buffer": PIXEL_PNG}
     page.locator("#image-input").set_input_files(files=[pixel])
     expect(page.locator("#image-name")).to_have_text("pixel.png")
-    with page.expect_request("**/v1/chat/completions") as sent:
+    with page.expect_response("**/v1/chat/completions") as answered:
         send_chat(page, "What is in this picture?")
-    content = json.loads(sent.value.post_data or "{}")["messages"][-1]["content"]
+    content = json.loads(answered.value.request.post_data or "{}")["messages"][-1]["content"]
     data_uri = "data:image/png;base64," + base64.b64encode(PIXEL_PNG).decode()
     assert content == [{"type": "text", "text": "What is in this picture?"},
                        {"type": "image_url", "image_url": {"url": data_uri}}]
+    assert answered.value.status == 200
     expect(page.locator(".message.user img")).to_have_attribute("src", data_uri)
-    expect(page.locator(".message.assistant .error")).to_contain_text("Error:")
     expect(page.locator("#send")).to_be_enabled()
+    expect(page.locator(".message.assistant .error")).to_have_count(0)
+    expect(page.locator(".message.assistant").last).not_to_be_empty()
+    assert console.errors == []
 
 
 def test_the_server_view_shows_props_slots_and_metrics(vertex_server: Server, page: Page, console: Console) -> None:

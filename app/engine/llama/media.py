@@ -27,6 +27,9 @@ from app.engine.types import MediaChunk
 _TEXT_CHUNK = 0
 _AUDIO_CHUNK = 2
 _ENCODED_CACHE_BYTES = 64 * 1024 * 1024
+# libmtmd hands bytes that are not an image or audio to ffprobe/ffmpeg (its video path) from PATH;
+# video is not taken here, so that path is pointed at a directory that holds no binary.
+_NO_FFMPEG_DIR = b"/nonexistent/vertex-llama-takes-no-video"
 
 
 class _ChunkHandle:
@@ -67,7 +70,7 @@ class LlamaMedia:
         self.n_embd = int(lc.llama_model_n_embd_inp(model))
         self._encoded: OrderedDict[str, Any] = OrderedDict()
         self._encoded_bytes = 0
-        self._lock = threading.Lock()  # libmtmd's preprocessing is shared state across HTTP threads
+        self._lock = threading.Lock()  # mtmd_tokenize is not documented as thread-safe (bitmap decoding is)
 
     # ---- any thread ------------------------------------------------------------------------
 
@@ -88,8 +91,9 @@ class LlamaMedia:
 
     def _bitmap(self, index: int, data: bytes) -> Any:
         buffer = (ctypes.c_uint8 * len(data)).from_buffer_copy(data)
-        with self._lock:
-            bitmap = mt.mtmd_helper_bitmap_init_from_buf(self._ctx, buffer, len(data), False) if data else None
+        options = mt.mtmd_helper_init_opt_default()
+        options.video_params.ffmpeg_bin_dir = _NO_FFMPEG_DIR
+        bitmap = mt.mtmd_helper_bitmap_init_from_buf(self._ctx, buffer, len(data), False, options) if data else None
         if not bitmap and _looks_like_audio(data) and not self.audio:
             raise MediaError(index, "this is audio, and the model's projector takes images only")
         if not bitmap:
