@@ -70,3 +70,56 @@ def make_vision_projector(path: Path, seed: int = 0, image_size: int = 32, patch
     writer.write_tensors_to_file()
     writer.close()
     return path
+
+
+def make_audio_projector(path: Path, seed: int = 0, n_embd: int = 32, n_layer: int = 1, n_mel: int = 128,
+                         text_embd: int = SMOLLM2_EMBD) -> Path:
+    """A Qwen2-Audio-style projector (``qwen2a``): a Whisper encoder (two 1-D convolutions, then
+    transformer layers) and one linear layer. libmtmd turns audio into 128-bin mel frames in 30 s
+    windows; each window's 3000 frames become 1500 tokens."""
+    rng = np.random.default_rng(seed)
+    n_ff = 2 * n_embd
+    writer = gguf.GGUFWriter(str(path), arch="clip")
+    writer.add_name("test-audio-projector")
+    writer.add_string("clip.projector_type", "qwen2a")
+    writer.add_bool("clip.has_vision_encoder", False)
+    writer.add_bool("clip.has_audio_encoder", True)
+    writer.add_uint32("clip.audio.num_mel_bins", n_mel)
+    writer.add_uint32("clip.audio.embedding_length", n_embd)
+    writer.add_uint32("clip.audio.feed_forward_length", n_ff)
+    writer.add_uint32("clip.audio.block_count", n_layer)
+    writer.add_uint32("clip.audio.projection_dim", text_embd)
+    writer.add_uint32("clip.audio.attention.head_count", 2)
+    writer.add_float32("clip.audio.attention.layer_norm_epsilon", 1e-5)
+
+    def tensor(name: str, *shape: int, scale: float = 0.2) -> None:
+        writer.add_tensor(name, (rng.standard_normal(shape) * scale).astype(np.float32))
+
+    def norm(name: str) -> None:
+        writer.add_tensor(f"{name}.weight", np.ones(n_embd, dtype=np.float32))
+        writer.add_tensor(f"{name}.bias", np.zeros(n_embd, dtype=np.float32))
+
+    tensor("a.conv1d.1.weight", n_embd, n_mel, 3, scale=0.05)
+    tensor("a.conv1d.1.bias", n_embd, 1)
+    tensor("a.conv1d.2.weight", n_embd, n_embd, 3, scale=0.05)
+    tensor("a.conv1d.2.bias", n_embd, 1)
+    tensor("a.position_embd.weight", 1500, n_embd)
+    for layer in range(n_layer):
+        for part in ("attn_q", "attn_v", "attn_out"):
+            tensor(f"a.blk.{layer}.{part}.weight", n_embd, n_embd)
+            tensor(f"a.blk.{layer}.{part}.bias", n_embd)
+        tensor(f"a.blk.{layer}.attn_k.weight", n_embd, n_embd)
+        norm(f"a.blk.{layer}.ln1")
+        norm(f"a.blk.{layer}.ln2")
+        tensor(f"a.blk.{layer}.ffn_up.weight", n_ff, n_embd)
+        tensor(f"a.blk.{layer}.ffn_up.bias", n_ff)
+        tensor(f"a.blk.{layer}.ffn_down.weight", n_embd, n_ff)
+        tensor(f"a.blk.{layer}.ffn_down.bias", n_embd)
+    norm("a.post_ln")
+    tensor("mm.a.fc.weight", text_embd, n_embd, scale=0.05)
+    tensor("mm.a.fc.bias", text_embd, scale=0.05)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path

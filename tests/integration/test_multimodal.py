@@ -23,9 +23,10 @@ from PIL import Image
 
 from app.model_files import embedded_model_path
 from tests.integration.conftest import Server, launch, start
-from tests.projectors import make_vision_projector
+from tests.projectors import make_audio_projector, make_vision_projector
 
 IMAGE_TOKENS = 16  # the generated projector: (32 / 8) ** 2 patches per image
+AUDIO_TOKENS = 750  # the generated audio projector: a 30 s window of 3000 mel frames, halved twice
 
 
 def png(color: tuple[int, int, int], size: tuple[int, int] = (40, 30)) -> bytes:
@@ -40,13 +41,14 @@ def data_uri(data: bytes, kind: str = "image/png") -> str:
     return f"data:{kind};base64,{base64.b64encode(data).decode()}"
 
 
-def wav() -> bytes:
+def wav(step: int = 37) -> bytes:
+    """A tenth of a second of a sawtooth, 16 kHz mono."""
     buffer = io.BytesIO()
     with wave.open(buffer, "wb") as out:
         out.setnchannels(1)
         out.setsampwidth(2)
         out.setframerate(16000)
-        out.writeframes(b"".join(struct.pack("<h", (i * 37) % 2000 - 1000) for i in range(1600)))
+        out.writeframes(b"".join(struct.pack("<h", (i * step) % 2000 - 1000) for i in range(1600)))
     return buffer.getvalue()
 
 
@@ -263,3 +265,43 @@ def test_a_file_that_is_not_a_projector_stops_the_server(server_dir: Path) -> No
     stopped = launch(server_dir, ["--mmproj", str(embedded_model_path()), "-np", "1", "-c", "512"])
     assert stopped.process.wait(120) == 4
     assert "could not load the multimodal projector" in stopped.log()
+
+
+# ---- audio ------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def audio_server(server_dir: Path) -> Iterator[Server]:
+    projector = make_audio_projector(server_dir / "mmproj-audio.gguf")
+    running = start(server_dir, ["--mmproj", str(projector), "-np", "1", "-c", "2048"])
+    yield running
+    assert running.stop() == 0, running.log()
+
+
+def test_an_audio_part_through_an_audio_projector(audio_server: Server) -> None:
+    props = requests.get(audio_server.url("/props"), timeout=10).json()
+    assert props["modalities"] == {"vision": False, "video": False, "audio": True}
+    client = openai.OpenAI(base_url=audio_server.url("/v1"), api_key="none")
+    reply = client.chat.completions.create(model="any", max_tokens=4, temperature=0, messages=[
+        {"role": "user", "content": [{"type": "text", "text": "What do you hear?"},
+                                     {"type": "input_audio",
+                                      "input_audio": {"data": base64.b64encode(wav()).decode(), "format": "wav"}}]}])
+    assert reply.usage is not None and reply.usage.prompt_tokens > AUDIO_TOKENS
+
+    def count(text: str) -> int:
+        tokens = requests.post(audio_server.url("/tokenize"), json={"content": text, "add_special": False},
+                               timeout=10).json()["tokens"]
+        return len(tokens)
+
+    native = requests.post(audio_server.url("/completion"), json={
+        "prompt": {"prompt_string": props["media_marker"], "multimodal_data": [base64.b64encode(wav()).decode()]},
+        "n_predict": 1}, timeout=120).json()
+    # libmtmd wraps Qwen2-Audio's rows in <|audio_bos|> ... <|audio_eos|> (plain text to SmolLM2's vocabulary)
+    assert native["tokens_evaluated"] == count("<|audio_bos|>") + AUDIO_TOKENS + count("<|audio_eos|>")
+
+
+def test_an_image_to_an_audio_projector_is_a_400(audio_server: Server) -> None:
+    response = chat(audio_server, [{"type": "text", "text": "Look:"}, image_part(RED)])
+    assert response.status_code == 400
+    assert "messages.0.content.1.image_url.url" in response.json()["error"]["message"]
+    assert "takes audio only" in response.json()["error"]["message"]
