@@ -17,7 +17,7 @@ from typing import Any, cast
 import llama_cpp as lc
 
 from app.engine.backend import BatchEntry, BatchMedia, BatchToken, ModelInfo
-from app.engine.errors import DecodeError, ModelLoadError, UnsupportedError
+from app.engine.errors import DecodeError, MediaError, ModelLoadError, UnsupportedError
 from app.engine.llama.embedder import POOLING_NAMES, LlamaEmbedder
 from app.engine.llama.ggml import install_log_callback, load_ggml_backends
 from app.engine.llama.media import LlamaMedia
@@ -201,7 +201,10 @@ class LlamaBackend:
         row_bytes = self.media.n_embd * ctypes.sizeof(ctypes.c_float)
         for entry in batch:
             assert isinstance(entry, BatchMedia)
-            base = ctypes.addressof(self.media.embeddings(entry.chunk))
+            try:
+                base = ctypes.addressof(self.media.embeddings(entry.chunk))
+            except MediaError:  # the projector failed on it: that decode fails, and with it only its job
+                raise DecodeError(-1) from None
             places = self.media.positions(entry.chunk, entry.pos0)
             index = -1
             for row in range(entry.first, entry.first + entry.count):
