@@ -21,6 +21,7 @@ from app.ui import BUILTIN_UI_DIRECTORY
 
 Kind = Literal["str", "int", "float", "bool", "keys", "choice", "paths", "scaled"]
 
+DEFAULT_CACHE_RAM_MIB = 8192  # llama-server's
 _TRUE = frozenset({"true", "1", "on", "enabled", "yes"})
 _FALSE = frozenset({"false", "0", "off", "disabled", "no"})
 
@@ -181,6 +182,10 @@ class Settings:
         env="LLAMA_ARG_MEDIA_URLS", negative_flags=("--no-media-urls",))
     media_max_bytes: int = option(("--media-max-bytes",), "int", 20 * 1024 * 1024,
         "largest media item a request may give or a URL may return", env="LLAMA_ARG_MEDIA_MAX_BYTES", minimum=1)
+    cache_ram: int | None = option(("-cram", "--cache-ram"), "int", None,
+        "prompt cache in host RAM, MiB: prompt states that leave their slot are kept and restored into any slot "
+        "whose request shares their prefix (default: the smaller of 8192 and a quarter of the memory available "
+        "at start; -1: no limit; 0: off)", env="LLAMA_ARG_CACHE_RAM", minimum=-1, metavar="MIB")
     media_marker: str | None = option(("--media-marker",), "str", None,
         "the text that stands for a media item in prompts and prompt_string (default: random per start, as "
         "llama-server's; /props reports it)", env="LLAMA_MEDIA_MARKER", metavar="TEXT")
@@ -212,6 +217,15 @@ class Settings:
         return replace(SamplingParams(), temperature=self.temp, top_k=self.top_k, top_p=self.top_p,
                        min_p=self.min_p, repeat_penalty=self.repeat_penalty, repeat_last_n=self.repeat_last_n,
                        seed=RANDOM_SEED if self.seed < 0 else self.seed)
+
+    def prompt_cache_bytes(self, available: int | None) -> int | None:
+        """The prompt cache's limit in bytes (0: off, None: no limit). llama-server's default is 8192
+        MiB; here a container shares its memory with the weights (on CPU) and a Vertex AI machine may
+        be small, so the default is also held to a quarter of the memory ``available`` at start."""
+        if self.cache_ram is not None:
+            return None if self.cache_ram < 0 else self.cache_ram << 20
+        default = DEFAULT_CACHE_RAM_MIB << 20
+        return default if available is None else min(default, available // 4)
 
     @property
     def ui_directory(self) -> str | None:

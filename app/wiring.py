@@ -16,6 +16,7 @@ from flask import Flask
 from app.context import ServerContext
 from app.engine import Backend, Engine, EngineOptions
 from app.engine.llama import LlamaBackend, LlamaConfig
+from app.host_memory import available_memory_bytes
 from app.http import StaticSite, create_app
 from app.routes import bind_routes
 from app.settings import Settings
@@ -98,6 +99,9 @@ def build_application(
         if on_ready is not None:
             on_ready()
 
+    prompt_cache = settings.prompt_cache_bytes(available_memory_bytes())
+    log.info("prompt cache: %s", "off" if prompt_cache == 0 else "no limit" if prompt_cache is None
+             else f"up to {prompt_cache >> 20} MiB of host RAM")
     engine = Engine(
         load_backend,
         EngineOptions(
@@ -107,6 +111,7 @@ def build_application(
             lora_scales=tuple(scale for _, scale in settings.lora_adapters),
             max_queue=settings.max_queue,
             deadline_seconds=settings.predict_deadline,
+            prompt_cache_bytes=prompt_cache,
         ),
         on_ready=ready,
         on_load_failure=on_load_failure,

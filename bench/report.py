@@ -6,7 +6,8 @@ Prints one table: time to healthy, time to first token, aggregate generated toke
 and 16 concurrent streams, /predict with 8 instances against 8 sequential calls (and how many of
 a 128-instance /predict are answered), tokenize
 requests/s, the health check's p99 latency while 32 streams run (one read slowly), and peak
-memory (RSS of the server's processes), with ratios ours/theirs. The servers run one after the
+memory (RSS of the server's processes), with ratios ours/theirs; then the prompt cache's table
+(bench/prompt_cache.py: time to first token with --cache-ram off and on). The servers run one after the
 other, never together. Not a test: timings on shared machines are noisy.
 """
 
@@ -274,6 +275,9 @@ def main() -> None:
     their_seq = theirs["8 sequential calls, s (lower: better)"]
     print(f"| {'/predict(8) vs their 8 sequential calls':40} | {predict:12.2f} | {their_seq:16.2f} | "
           f"{predict / their_seq:11.2f} |")
+    print()
+    from bench.prompt_cache import prompt_cache_table  # it imports this module
+    prompt_cache_table(threads=args.threads)
 
 
 if __name__ == "__main__":

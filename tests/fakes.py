@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from app.engine import BatchToken, DecodeError, InvalidJobError, ModelInfo, SamplingParams
-from app.engine.backend import BatchEntry
+from app.engine.backend import BatchEntry, SequenceState
 from app.engine.types import Sampled, TokenProbs
 
 EOS = 2
@@ -110,6 +110,8 @@ class FakeBackend:
     decodes_under_lora: list[tuple[frozenset[int], tuple[float, ...]]] = field(default_factory=list)
     _embedder: FakeEmbedder = field(default_factory=lambda: FakeEmbedder())
     closed: bool = False
+    state_reads: int = 0
+    state_writes: int = 0
     media: Any = None  # a projector (tests/unit/test_media_scheduling.py gives one)
 
     @property
@@ -170,6 +172,17 @@ class FakeBackend:
 
     def set_lora(self, scales: tuple[float, ...]) -> None:
         self.lora_history.append(scales)
+
+    def read_sequence(self, seq: int) -> SequenceState:
+        cells = list(self.kv.get(seq, []))
+        self.state_reads += 1
+        return SequenceState(cells, 4 * len(cells))
+
+    def write_sequence(self, seq: int, state: SequenceState) -> bool:
+        assert isinstance(state.data, list)
+        self.kv[seq] = list(state.data)
+        self.state_writes += 1
+        return True
 
     def save_sequence(self, seq: int, path: str, tokens: Sequence[int]) -> int:
         with open(path, "w") as handle:

@@ -90,6 +90,14 @@ class Media(Protocol):
         """Whether the chunk must be decoded whole and alone (non-causal attention over it)."""
 
 
+@dataclass(frozen=True)
+class SequenceState:
+    """One sequence's KV state read out of the context (opaque bytes the backend wrote)."""
+
+    data: object
+    nbytes: int
+
+
 class Sampler(Protocol):
     def sample(self, batch_index: int) -> Sampled:
         """Sample (and accept) the next token from the logits of batch entry ``batch_index``, with
@@ -178,6 +186,13 @@ class Backend(Protocol):
 
     def set_lora(self, scales: tuple[float, ...]) -> None:
         """Adapter scales for the following decodes."""
+
+    def read_sequence(self, seq: int) -> SequenceState:
+        """A copy of ``seq``'s KV state, in host memory."""
+
+    def write_sequence(self, seq: int, state: SequenceState) -> bool:
+        """Replace ``seq``'s KV cells with a state ``read_sequence`` gave; False (and ``seq``
+        empty) when it does not fit this context."""
 
     def save_sequence(self, seq: int, path: str, tokens: Sequence[int]) -> int:
         """Write ``seq``'s KV state to ``path``; the bytes written."""

@@ -66,6 +66,7 @@ class EngineOptions:
     lora_scales: tuple[float, ...] = ()  # the starting global scale of each --lora adapter
     max_queue: int = 64  # jobs that may wait for a slot; more are refused with OverloadedError
     deadline_seconds: float = 0.0  # every job ends this long after its submission (0: never)
+    prompt_cache_bytes: int | None = 0  # --cache-ram: 0 off, None no limit
 
 
 @dataclass(frozen=True)
@@ -335,7 +336,8 @@ class Engine:
         self._facts = ModelFacts(backend.info, backend.n_seq, backend.n_ctx_seq,
                                  vision=media is not None and media.vision, audio=media is not None and media.audio,
                                  media_marker=media.marker if media is not None else None)
-        scheduler = Scheduler(backend, self._stats, SchedulerOptions(cont_batching=self._options.cont_batching))
+        scheduler = Scheduler(backend, self._stats, SchedulerOptions(cont_batching=self._options.cont_batching,
+                                                                        prompt_cache_bytes=self._options.prompt_cache_bytes))
         self._slots = scheduler.slots
         self._awake.set()
         return scheduler

@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 from app.engine.backend import Backend, BatchEntry, BatchMedia, BatchToken
 from app.engine.embedding_batches import run_embedding_decode
 from app.engine.errors import CancelledError, DecodeError, EngineError
+from app.engine.prompt_cache import PromptCache
 from app.engine.slots import ControlJob, EmbedJob, Job, Slot, SlotState
 from app.engine.stats import StatsRecorder
 from app.engine.types import Completion, FinishReason, MediaChunk, Timings
@@ -27,6 +28,7 @@ log = logging.getLogger(__name__)
 @dataclass(frozen=True)
 class SchedulerOptions:
     cont_batching: bool = True
+    prompt_cache_bytes: int | None = 0  # the prompt cache's limit (--cache-ram): 0 off, None no limit
 
 
 class Scheduler:
@@ -39,6 +41,7 @@ class Scheduler:
         self.embeddings: deque[EmbedJob] = deque()
         self.controls: deque[ControlJob] = deque()
         self._lora_turn = 0
+        self.prompt_cache = PromptCache(options.prompt_cache_bytes) if options.prompt_cache_bytes != 0 else None
 
     @property
     def busy(self) -> bool:
@@ -127,10 +130,37 @@ class Scheduler:
     def _start(self, slot: Slot, job: Job) -> None:
         request = job.request
         keep = slot.reusable_prefix(request.prompt, request.media) if request.cache_prompt else 0
+        restored = False
+        if self.prompt_cache is not None and request.cache_prompt:
+            keep, restored = self._use_prompt_cache(slot, job, keep)
         slot.media = list(request.media)
         if not self.backend.forget(slot.id, slot.position(keep)):
             keep = 0
         slot.start(job, self._sampler_for(job), keep)  # type: ignore[arg-type]
+        self.stats.on_prompt_start(keep, restored)
+
+    def _use_prompt_cache(self, slot: Slot, job: Job, keep: int) -> tuple[int, bool]:
+        """Before a job overwrites its slot's cells: keep them in the prompt cache, and restore a
+        kept state that holds more of the prompt than the slot does. The tokens to keep, and
+        whether they were restored."""
+        cache = self.prompt_cache
+        assert cache is not None
+        request = job.request
+        found = cache.best(request.prompt, request.media)
+        if keep < len(slot.cached) // 2:  # the job drops most of what the slot holds: keep that
+            cache.keep(slot.cached, slot.media, lambda: self.backend.read_sequence(slot.id))
+        restored = False
+        if found is not None and found[1] > keep:
+            entry, length = found
+            if self.backend.write_sequence(slot.id, entry.state):
+                slot.cached = list(entry.tokens)
+                slot.media = list(entry.media)
+                keep, restored = length, True
+            else:
+                slot.cached.clear()
+                keep = 0
+        self.stats.on_prompt_cache(cache.size_bytes, len(cache))
+        return keep, restored
 
     def _follow(self, slot: Slot, job: Job, leader: Slot) -> None:
         slot.start(job, self._sampler_for(job), 0)  # type: ignore[arg-type]

@@ -93,6 +93,17 @@ def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
     return size
 
 
+def reusable_prefix(cells: Sequence[int], prompt: Sequence[int], media: Sequence[MediaChunk] = ()) -> int:
+    """How much of ``prompt`` cells holding ``cells`` can keep: the common prefix, less one token
+    (at least one prompt token is always decoded again, for its logits), and a media chunk of the
+    prompt whole or not at all."""
+    length = min(common_prefix_length(cells, prompt), len(prompt) - 1)
+    for chunk in media:
+        if chunk.start < length < chunk.start + chunk.n_tokens:
+            return chunk.start
+    return length
+
+
 @dataclass
 class Slot:
     """Engine-thread state of one sequence. ``cached`` always equals the tokens in its KV cells."""
@@ -124,13 +135,8 @@ class Slot:
         return self.state is not SlotState.IDLE
 
     def reusable_prefix(self, prompt: Sequence[int], media: Sequence[MediaChunk] = ()) -> int:
-        """Prompt tokens already in the KV cells; at least one prompt token is always re-decoded, and
-        a media chunk is reused whole or not at all."""
-        length = min(common_prefix_length(self.cached, prompt), len(prompt) - 1)
-        for chunk in media:
-            if chunk.start < length < chunk.start + chunk.n_tokens:
-                return chunk.start
-        return length
+        """Prompt tokens already in the KV cells (see :func:`reusable_prefix`)."""
+        return reusable_prefix(self.cached, prompt, media)
 
     def position(self, index: int) -> int:
         """The position of the token at ``index`` of ``cached``: its index, less what M-RoPE media

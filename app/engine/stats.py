@@ -48,6 +48,10 @@ class EngineStats:
     requests_processing: int = 0
     requests_deferred: int = 0
     sleeping: bool = False
+    prompt_tokens_cached_total: int = 0  # prompt tokens jobs found in their slot's cells (restored ones included)
+    prompt_cache_restores_total: int = 0  # states written into a slot from the prompt cache
+    prompt_cache_bytes: int = 0
+    prompt_cache_prompts: int = 0
     kv_cells_used: int = 0  # cells held by the slots that are working
     kv_cells_total: int = 0
     time_to_first_token: Histogram = Histogram(TTFT_BUCKETS)
@@ -120,6 +124,18 @@ class StatsRecorder:
                 tokens_predicted_seconds_total=stats.tokens_predicted_seconds_total + seconds,
                 time_per_output_token=per_token,
             )
+
+    def on_prompt_start(self, n_cached: int, restored: bool) -> None:
+        """A job got its slot with ``n_cached`` prompt tokens already in its cells (``restored``:
+        they came from the prompt cache)."""
+        with self._lock:
+            stats = self._stats
+            self._stats = replace(stats, prompt_tokens_cached_total=stats.prompt_tokens_cached_total + n_cached,
+                                  prompt_cache_restores_total=stats.prompt_cache_restores_total + int(restored))
+
+    def on_prompt_cache(self, n_bytes: int, n_prompts: int) -> None:
+        with self._lock:
+            self._stats = replace(self._stats, prompt_cache_bytes=n_bytes, prompt_cache_prompts=n_prompts)
 
     def on_sleep(self, sleeping: bool) -> None:
         with self._lock:

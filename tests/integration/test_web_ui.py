@@ -249,6 +249,8 @@ def vision_server(server_dir: Path) -> Iterator[Server]:
 def test_an_attached_image_is_sent_as_an_openai_image_part_and_answered(vision_server: Server, page: Page,
                                                                         console: Console) -> None:
     open_ui(page, vision_server)
+    page.locator("#chat-settings summary").click()
+    page.locator("input[name=max_tokens]").fill("16")
     expect(page.locator("#image-picker")).to_be_visible()
     pixel: FilePayload = {"name": "pixel.png", "mimeType": "image/png", "buffer": PIXEL_PNG}
     page.locator("#image-input").set_input_files(files=[pixel])
@@ -261,9 +263,13 @@ def test_an_attached_image_is_sent_as_an_openai_image_part_and_answered(vision_s
                        {"type": "image_url", "image_url": {"url": data_uri}}]
     assert answered.value.status == 200
     expect(page.locator(".message.user img")).to_have_attribute("src", data_uri)
+    answer = page.locator(".message.assistant").last
+    expect(answer.locator(".stats")).to_contain_text("tokens/s", timeout=WAIT_MS)  # the answer is complete
     expect(page.locator("#send")).to_be_enabled()
     expect(page.locator(".message.assistant .error")).to_have_count(0)
-    expect(page.locator(".message.assistant").last).not_to_be_empty()
+    assert answer.locator(".content").inner_text().strip()
+    prompt_tokens = int(answer.locator(".stats").inner_text().split("prompt", 1)[1].split()[0].strip(":,"))
+    assert prompt_tokens > 16  # the image's 16 tokens and the text's
     assert console.errors == []
 
 

@@ -16,7 +16,7 @@ from typing import Any, cast
 
 import llama_cpp as lc
 
-from app.engine.backend import BatchEntry, BatchMedia, BatchToken, ModelInfo
+from app.engine.backend import BatchEntry, BatchMedia, BatchToken, ModelInfo, SequenceState
 from app.engine.errors import DecodeError, MediaError, ModelLoadError, UnsupportedError
 from app.engine.llama.embedder import POOLING_NAMES, LlamaEmbedder
 from app.engine.llama.ggml import install_log_callback, load_ggml_backends
@@ -244,6 +244,20 @@ class LlamaBackend:
         if lc.llama_set_adapters_lora(self._ctx, adapters, len(pairs), values) != 0:
             raise DecodeError(-2)
         self._lora = scales
+
+    def read_sequence(self, seq: int) -> SequenceState:
+        size = int(lc.llama_state_seq_get_size(self._ctx, seq))
+        buffer = (ctypes.c_uint8 * max(1, size))()
+        written = int(lc.llama_state_seq_get_data(self._ctx, buffer, size, seq))
+        return SequenceState(buffer, written)
+
+    def write_sequence(self, seq: int, state: SequenceState) -> bool:
+        lc.llama_memory_seq_rm(self._memory, seq, -1, -1)
+        read = int(lc.llama_state_seq_set_data(self._ctx, state.data, state.nbytes, seq))
+        if read != state.nbytes:
+            lc.llama_memory_seq_rm(self._memory, seq, -1, -1)
+            return False
+        return True
 
     def save_sequence(self, seq: int, path: str, tokens: Sequence[int]) -> int:
         array = (lc.llama_token * max(1, len(tokens)))(*tokens)
