@@ -142,6 +142,16 @@ def test_different_images_answer_differently_and_a_repeat_reuses_the_cache(serve
     assert first.json()["usage"]["prompt_tokens"] > IMAGE_TOKENS
 
 
+def test_an_image_prompt_comes_back_from_the_prompt_cache(server: Server) -> None:
+    content = [{"type": "text", "text": "Tell me about this picture in detail."}, image_part(BLUE)]
+    cold = chat(server, content)
+    for topic in ("the sea", "the mountains"):  # both slots taken by other prompts
+        assert answer(chat(server, [{"type": "text", "text": f"Write a long poem about {topic}."}]))
+    warm = chat(server, content)
+    assert answer(warm) == answer(cold)
+    assert warm.json()["timings"]["cache_n"] == warm.json()["usage"]["prompt_tokens"] - 1
+
+
 def test_images_batched_together_answer_as_alone(server: Server) -> None:
     text = {"type": "text", "text": "Name three colours you see."}
     alone = {name: answer(chat(server, [text, image_part(data)], max_tokens=16, cache_prompt=False))
