@@ -57,6 +57,8 @@ def prepare(argv: Sequence[str], environ: Mapping[str, str]) -> tuple[Settings, 
     """Everything checked before gunicorn starts; exits 2 on a bad flag, 1 on a bad environment."""
     settings = parse_settings(argv, environ)
     configure_logging(settings.verbose, json_lines=environ.get("AIP_MODE") == "PREDICTION")
+    for note in settings.notes:  # llama-server flags that have no effect here
+        log.warning("%s", note)
     try:
         settings.all_api_keys()
     except OSError as exc:

@@ -16,12 +16,14 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Literal
 
-from app.engine.types import RANDOM_SEED, SamplingParams
+from app.engine.types import RANDOM_SEED, SAMPLER_LETTERS, SAMPLER_NAMES, SamplingParams, sampler_names
 from app.ui import BUILTIN_UI_DIRECTORY
+from app.upstream_flags import treatment, unimplemented
 
 Kind = Literal["str", "int", "float", "bool", "keys", "choice", "paths", "scaled"]
 
 DEFAULT_CACHE_RAM_MIB = 8192  # llama-server's
+_SAMPLING = SamplingParams()  # the sampling defaults' owner
 _TRUE = frozenset({"true", "1", "on", "enabled", "yes"})
 _FALSE = frozenset({"false", "0", "off", "disabled", "no"})
 
@@ -40,6 +42,7 @@ class Option:
     choices: tuple[str, ...] = ()
     minimum: float | None = None
     metavar: str | tuple[str, ...] | None = None
+    env_aliases: tuple[str, ...] = ()  # older names of the environment variable, still read
 
 
 def option(flags: tuple[str, ...], kind: Kind, default: Any, help: str, **extra: Any) -> Any:
@@ -79,14 +82,16 @@ class Settings:
     n_gpu_layers: str = option(("-ngl", "--gpu-layers", "--n-gpu-layers"), "str", "auto",
         "layers to offload to the GPU: a number, 'auto' or 'all'", env="LLAMA_ARG_N_GPU_LAYERS",
         metavar="N")
-    flash_attn: str = option(("-fa", "--flash-attn"), "choice", "auto",
-        "flash attention", env="LLAMA_ARG_FLASH_ATTN", choices=("on", "off", "auto"))
+    flash_attn: str = option(("-fa", "--flash-attn"), "str", "auto",
+        "flash attention: on, off or auto (also 1/true/enabled, 0/false/disabled, -1)", env="LLAMA_ARG_FLASH_ATTN",
+        metavar="[on|off|auto]")
     n_predict: int = option(("-n", "--n-predict", "--predict"), "int", -1,
         "most tokens to generate (-1 = until the context is full); also caps each request",
         env="LLAMA_ARG_N_PREDICT", minimum=-1)
     seed: int = option(("-s", "--seed"), "int", -1, "default sampling seed (-1 = random)",
         env="LLAMA_ARG_SEED", minimum=-1)
-    temp: float = option(("--temp",), "float", 0.8, "default temperature", env="LLAMA_ARG_TEMP", minimum=0)
+    temp: float = option(("--temp", "--temperature"), "float", 0.8, "default temperature",
+        env="LLAMA_ARG_TEMPERATURE", env_aliases=("LLAMA_ARG_TEMP",), minimum=0)
     top_k: int = option(("--top-k",), "int", 40, "default top-k", env="LLAMA_ARG_TOP_K", minimum=0)
     top_p: float = option(("--top-p",), "float", 0.95, "default top-p", env="LLAMA_ARG_TOP_P", minimum=0)
     min_p: float = option(("--min-p",), "float", 0.05, "default min-p", env="LLAMA_ARG_MIN_P", minimum=0)
@@ -95,6 +100,43 @@ class Settings:
     repeat_last_n: int = option(("--repeat-last-n",), "int", 64,
         "default window of the repeat penalties (-1 = slot context)",
         env="LLAMA_ARG_REPEAT_LAST_N", minimum=-1)
+    top_nsigma: float = option(("--top-nsigma", "--top-n-sigma"), "float", _SAMPLING.top_n_sigma,
+        "default top-n-sigma (-1: off)")
+    xtc_probability: float = option(("--xtc-probability",), "float", _SAMPLING.xtc_probability,
+        "default XTC probability (0: off)", minimum=0)
+    xtc_threshold: float = option(("--xtc-threshold",), "float", _SAMPLING.xtc_threshold, "default XTC threshold",
+        minimum=0)
+    typical_p: float = option(("--typical", "--typical-p"), "float", _SAMPLING.typical_p,
+        "default locally typical sampling p (1: off)", minimum=0)
+    presence_penalty: float = option(("--presence-penalty",), "float", _SAMPLING.presence_penalty,
+        "default presence penalty (0: off)", env="LLAMA_ARG_PRESENCE_PENALTY")
+    frequency_penalty: float = option(("--frequency-penalty",), "float", _SAMPLING.frequency_penalty,
+        "default frequency penalty (0: off)", env="LLAMA_ARG_FREQUENCY_PENALTY")
+    dry_multiplier: float = option(("--dry-multiplier",), "float", _SAMPLING.dry_multiplier,
+        "default DRY multiplier (0: off)", minimum=0)
+    dry_base: float = option(("--dry-base",), "float", _SAMPLING.dry_base, "default DRY base", minimum=0)
+    dry_allowed_length: int = option(("--dry-allowed-length",), "int", _SAMPLING.dry_allowed_length,
+        "default DRY allowed length", minimum=0)
+    dry_penalty_last_n: int = option(("--dry-penalty-last-n",), "int", _SAMPLING.dry_penalty_last_n,
+        "default DRY window (-1: slot context, 0: off)", minimum=-1)
+    dynatemp_range: float = option(("--dynatemp-range",), "float", _SAMPLING.dynatemp_range,
+        "default dynamic temperature range (0: off)", minimum=0)
+    dynatemp_exponent: float = option(("--dynatemp-exp",), "float", _SAMPLING.dynatemp_exponent,
+        "default dynamic temperature exponent", minimum=0)
+    mirostat: str = option(("--mirostat",), "choice", str(_SAMPLING.mirostat),
+        "default Mirostat (0: off, 1: Mirostat, 2: Mirostat 2.0)", choices=("0", "1", "2"))
+    mirostat_eta: float = option(("--mirostat-lr",), "float", _SAMPLING.mirostat_eta,
+        "default Mirostat learning rate (eta)", minimum=0)
+    mirostat_tau: float = option(("--mirostat-ent",), "float", _SAMPLING.mirostat_tau,
+        "default Mirostat target entropy (tau)", minimum=0)
+    ignore_eos: bool = option(("--ignore-eos",), "bool", _SAMPLING.ignore_eos,
+        "by default, generate past end-of-generation tokens (until the token limit)")
+    samplers: str | None = option(("--samplers",), "str", None,
+        "default sampler order, names separated by ';' (default: " + ";".join(_SAMPLING.samplers) + ")",
+        metavar="SAMPLERS")
+    sampler_seq: str | None = option(("--sampler-seq", "--sampling-seq"), "str", None,
+        "default sampler order, one letter a sampler (" + "".join(SAMPLER_LETTERS) + "); --samplers wins",
+        metavar="SEQUENCE")
     api_keys: tuple[str, ...] = option(("--api-key",), "keys", (),
         "API key(s), comma-separated; repeatable", env="LLAMA_API_KEY", metavar="KEY")
     api_key_file: str | None = option(("--api-key-file",), "str", None,
@@ -158,7 +200,8 @@ class Settings:
     lora: tuple[str, ...] = option(("--lora",), "paths", (), "LoRA adapter file (scale 1); repeatable",
         env="LLAMA_ARG_LORA", metavar="FNAME")
     lora_scaled: tuple[tuple[str, float], ...] = option(("--lora-scaled",), "scaled", (),
-        "LoRA adapter file and its scale; repeatable", metavar=("FNAME", "SCALE"))
+        "LoRA adapters with their scales, llama-server's FNAME:SCALE,... (or FNAME SCALE); repeatable",
+        metavar="FNAME:SCALE")
     mmproj: str | None = option(("-mm", "--mmproj"), "str", None,
         "multimodal projector file (a path or gs://): images and audio in prompts (default: an mmproj-*.gguf "
         "beside a gs:// model)", env="LLAMA_ARG_MMPROJ", metavar="FILE")
@@ -207,8 +250,10 @@ class Settings:
     static_path: str | None = option(("--path",), "str", None,
         "serve the static files of this directory at / instead of the built-in web UI",
         env="LLAMA_ARG_STATIC_PATH", metavar="PATH")
-    verbose: bool = option(("-v", "--verbose"), "bool", False, "verbose logging (llama.cpp logs too)",
+    verbose: bool = option(("-v", "--verbose", "--log-verbose"), "bool", False, "verbose logging (llama.cpp logs too)",
         env="LLAMA_ARG_VERBOSE")
+    # Not an option: the start-up warnings for llama-server flags given that have no effect here.
+    notes: tuple[str, ...] = field(default=())
 
     @property
     def sampling_defaults(self) -> SamplingParams:
@@ -216,7 +261,22 @@ class Settings:
         with the server's own (--temp, --top-k, ...) in their place."""
         return replace(SamplingParams(), temperature=self.temp, top_k=self.top_k, top_p=self.top_p,
                        min_p=self.min_p, repeat_penalty=self.repeat_penalty, repeat_last_n=self.repeat_last_n,
-                       seed=RANDOM_SEED if self.seed < 0 else self.seed)
+                       seed=RANDOM_SEED if self.seed < 0 else self.seed, top_n_sigma=self.top_nsigma,
+                       xtc_probability=self.xtc_probability, xtc_threshold=self.xtc_threshold,
+                       typical_p=self.typical_p, presence_penalty=self.presence_penalty,
+                       frequency_penalty=self.frequency_penalty, dry_multiplier=self.dry_multiplier,
+                       dry_base=self.dry_base, dry_allowed_length=self.dry_allowed_length,
+                       dry_penalty_last_n=self.dry_penalty_last_n, dynatemp_range=self.dynatemp_range,
+                       dynatemp_exponent=self.dynatemp_exponent, mirostat=int(self.mirostat),
+                       mirostat_eta=self.mirostat_eta, mirostat_tau=self.mirostat_tau, ignore_eos=self.ignore_eos,
+                       samplers=self.sampler_order or _SAMPLING.samplers)
+
+    @property
+    def sampler_order(self) -> tuple[str, ...] | None:
+        """--samplers (names) or --sampler-seq (letters); None when neither is given or one is unknown."""
+        if self.samplers is not None:
+            return sampler_names([name.strip() for name in self.samplers.split(";") if name.strip()])
+        return sampler_names(self.sampler_seq) if self.sampler_seq is not None else None
 
     def prompt_cache_bytes(self, available: int | None) -> int | None:
         """The prompt cache's limit in bytes (0: off, None: no limit). llama-server's default is 8192
@@ -254,6 +314,16 @@ class Settings:
         return max(self.slot_count + 4, (os.cpu_count() or 1) - 1)
 
     @property
+    def flash_attn_mode(self) -> str:
+        """``--flash-attn`` as on, off or auto (llama-server's truthy and falsy spellings taken)."""
+        value = self.flash_attn.strip().lower()
+        if value in _TRUE:
+            return "on"
+        if value in _FALSE:
+            return "off"
+        return "auto" if value in ("auto", "-1") else value
+
+    @property
     def gpu_layers(self) -> int:
         """``--n-gpu-layers`` as llama.cpp's number: ``auto``/``all`` offload every layer."""
         if self.n_gpu_layers in ("auto", "all"):
@@ -283,7 +353,12 @@ class Settings:
 
 OPTIONS: tuple[Option, ...] = tuple(
     Option(dest=item.name, default=item.default, **item.metadata["option"]) for item in fields(Settings)
+    if "option" in item.metadata
 )
+HELP_FLAGS = ("-h", "--help", "--usage")  # llama-server's
+UNIMPLEMENTED = unimplemented([*HELP_FLAGS, *(flag for option in OPTIONS for flag in (*option.flags,
+                                                                                      *option.negative_flags))])
+_UPSTREAM_DEST = "upstream:"
 
 
 class SettingsError(ValueError):
@@ -317,11 +392,22 @@ def _convert(option: Option, raw: str, where: str) -> Any:
     return value
 
 
-def _scaled(path: str, scale: str, where: str) -> tuple[str, float]:
-    try:
-        return path, float(scale)
-    except ValueError:
-        raise SettingsError(f"{where}: invalid scale {scale!r} for {path} (expected a number)") from None
+def _scaled(given: list[str], where: str) -> list[tuple[str, float]]:
+    """``--lora-scaled``'s values: llama-server's ``FNAME:SCALE,...``, or ``FNAME SCALE``."""
+    if len(given) == 2 and ":" not in given[0]:
+        items = [given[0] + ":" + given[1]]
+    else:
+        items = [item for value in given for item in value.split(",") if item]
+    pairs = []
+    for item in items:
+        path, sep, scale = item.rpartition(":")
+        try:
+            if not sep or not path:
+                raise ValueError(item)
+            pairs.append((path, float(scale)))
+        except ValueError:
+            raise SettingsError(f"{where}: {item!r} is not FNAME:SCALE (a file and a number)") from None
+    return pairs
 
 
 def _flag_name(option: Option) -> str:
@@ -338,10 +424,15 @@ def _validate(settings: Settings) -> None:
             raise SettingsError(
                 f"--n-gpu-layers/-ngl: invalid value {settings.n_gpu_layers!r} (expected a number, auto or all)"
             ) from None
+    if settings.flash_attn_mode not in ("on", "off", "auto"):
+        raise SettingsError(f"--flash-attn/-fa: invalid value {settings.flash_attn!r} (expected on, off or auto)")
     if settings.port > 65535:
         raise SettingsError(f"--port: {settings.port} is not a valid port")
     if settings.static_path is not None and not os.path.isdir(settings.static_path):
         raise SettingsError(f"--path: {settings.static_path!r} is not a directory")
+    if (settings.samplers is not None or settings.sampler_seq is not None) and settings.sampler_order is None:
+        raise SettingsError(f"--samplers/--sampler-seq: unknown sampler (known: {', '.join(sorted(SAMPLER_NAMES))}; "
+                            f"letters {''.join(SAMPLER_LETTERS)})")
     if settings.chat_template and settings.chat_template_file:
         raise SettingsError("--chat-template and --chat-template-file cannot be used together")
 
@@ -350,10 +441,14 @@ def build_parser(prog: str = "python -m app") -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=prog,
         allow_abbrev=False,
+        add_help=False,
         description="vertex-llama: llama-server's HTTP API and Vertex AI's prediction protocol "
         "for a GGUF model, served through llama.cpp.",
-        epilog="Every option can also be set by the environment variable in brackets; a flag wins.",
+        epilog="Every option can also be set by the environment variable in brackets; a flag wins. "
+        "llama-server's other flags are accepted with a warning, or refused where ignoring them would "
+        "change results (README: Configuration).",
     )
+    parser.add_argument(*HELP_FLAGS, action="help", help="show this help message and exit")
     for option in OPTIONS:
         env_note = f" [env: {option.env}]" if option.env else ""
         default_note = f" (default: {option.default})" if option.default not in (None, "", ()) else ""
@@ -369,13 +464,38 @@ def build_parser(prog: str = "python -m app") -> argparse.ArgumentParser:
             parser.add_argument(*option.flags, dest=option.dest, action="append",
                                 default=argparse.SUPPRESS, metavar=option.metavar, help=help_text)
         elif option.kind == "scaled":
-            parser.add_argument(*option.flags, dest=option.dest, action="append", nargs=2,
+            parser.add_argument(*option.flags, dest=option.dest, action="append", nargs="+",
                                 default=argparse.SUPPRESS, metavar=option.metavar, help=help_text)
         else:
             parser.add_argument(*option.flags, dest=option.dest, default=argparse.SUPPRESS,
                                 metavar=option.metavar or option.dest.upper(),
                                 choices=option.choices or None, help=help_text)
+    for index, flag in enumerate(UNIMPLEMENTED):  # accepted, then warned about or refused by parse_settings
+        dest = f"{_UPSTREAM_DEST}{index}"
+        if flag.values == 0:
+            parser.add_argument(*flag.flags, *flag.negative, dest=dest, action="store_const", const="",
+                                default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+        else:
+            parser.add_argument(*flag.flags, dest=dest, nargs=None if flag.values == 1 else flag.values,
+                                default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     return parser
+
+
+def _upstream_notes(namespace: dict[str, Any], environ: Mapping[str, str]) -> tuple[str, ...]:
+    """Warnings for the llama-server flags given (or their environment variables) that have no
+    effect here; a SettingsError for one that is refused."""
+    notes = []
+    for index, flag in enumerate(UNIMPLEMENTED):
+        given = f"{_UPSTREAM_DEST}{index}" in namespace
+        where = flag.name if given else f"environment {flag.env}"
+        if not given and not (flag.env and environ.get(flag.env, "") != ""):
+            continue
+        how = treatment(flag)
+        assert how is not None, f"no treatment for llama-server's {flag.name}"
+        if how.action == "refuse":
+            raise SettingsError(f"{where}: {how.reason}")
+        notes.append(f"{where}: accepted, no effect here: {how.reason}")
+    return tuple(notes)
 
 
 def parse_settings(
@@ -400,13 +520,15 @@ def parse_settings(
                         key for chunk in raw for key in _convert(option, chunk, _flag_name(option))
                     )
                 elif option.kind == "scaled":
-                    values[option.dest] = tuple(_scaled(path, scale, _flag_name(option)) for path, scale in raw)
+                    values[option.dest] = tuple(pair for given in raw for pair in _scaled(given, _flag_name(option)))
                 else:
                     values[option.dest] = _convert(option, raw, _flag_name(option))
-            elif option.env and environ.get(option.env, "") != "":
-                values[option.dest] = _convert(option, environ[option.env], f"environment {option.env}")
+            elif (name := next((n for n in (option.env, *option.env_aliases) if n and environ.get(n, "") != ""),
+                               None)) is not None:
+                values[option.dest] = _convert(option, environ[name], f"environment {name}")
             else:
                 values[option.dest] = option.default
+        values["notes"] = _upstream_notes(namespace, environ)
         settings = Settings(**values)
         _validate(settings)
     except SettingsError as exc:
@@ -416,4 +538,4 @@ def parse_settings(
 
 
 def settings_fields() -> tuple[str, ...]:
-    return tuple(item.name for item in fields(Settings))
+    return tuple(item.name for item in fields(Settings) if "option" in item.metadata)

@@ -10,6 +10,20 @@ RANDOM_SEED = 0xFFFFFFFF  # llama.cpp's LLAMA_DEFAULT_SEED: a random seed per sa
 # llama-server's default sampler order (applied between logit bias / grammar and the final pick).
 DEFAULT_SAMPLERS = ("penalties", "dry", "top_n_sigma", "top_k", "typ_p", "top_p", "min_p", "xtc", "temperature")
 DEFAULT_DRY_BREAKERS = ("\n", ":", "\"", "*")
+SAMPLER_LETTERS = {"e": "penalties", "d": "dry", "s": "top_n_sigma", "k": "top_k", "y": "typ_p",
+                   "p": "top_p", "m": "min_p", "x": "xtc", "t": "temperature"}
+SAMPLER_NAMES = {name: name for name in SAMPLER_LETTERS.values()} | {
+    "typical_p": "typ_p", "typical": "typ_p", "temp": "temperature", "nucleus": "top_p",
+}
+
+
+def sampler_names(raw: list[str] | str) -> tuple[str, ...] | None:
+    """llama-server's sampler order: names, or a string of one letter per sampler; None when one
+    is unknown."""
+    names = [SAMPLER_LETTERS.get(letter) for letter in raw] if isinstance(raw, str) else [
+        SAMPLER_NAMES.get(name) for name in raw
+    ]
+    return None if any(name is None for name in names) else tuple(name for name in names if name is not None)
 
 
 @dataclass(frozen=True)

@@ -186,7 +186,7 @@ def sampling_params(
         overridden(defaults, fields),
         seed=seed_of(fields.seed, defaults.seed),
         logit_bias=_logit_bias(ctx, fields.logit_bias),
-        samplers=sampler_order(fields.samplers),
+        samplers=defaults.samplers if fields.samplers is None else sampler_order(fields.samplers),
         dry_sequence_breakers=(defaults.dry_sequence_breakers if fields.dry_sequence_breakers is None
                                else tuple(fields.dry_sequence_breakers)),
         grammar=grammar,

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from app.engine import RANDOM_SEED, SamplingParams
-from app.engine.types import DEFAULT_SAMPLERS
+from app.engine.types import SAMPLER_LETTERS, SAMPLER_NAMES, sampler_names
 from app.errors import InvalidRequestError
 
 # Fields whose wire form differs from the engine's; the request schema declares them itself.
@@ -70,22 +70,11 @@ def seed_of(requested: int | None, default: int) -> int:
     return RANDOM_SEED if seed < 0 else seed
 
 
-SAMPLER_LETTERS = {"e": "penalties", "d": "dry", "s": "top_n_sigma", "k": "top_k", "y": "typ_p",
-                   "p": "top_p", "m": "min_p", "x": "xtc", "t": "temperature"}
-SAMPLER_NAMES = {name: name for name in SAMPLER_LETTERS.values()} | {
-    "typical_p": "typ_p", "typical": "typ_p", "temp": "temperature", "nucleus": "top_p",
-}
-
-
-def sampler_order(raw: list[str] | str | None) -> tuple[str, ...]:
+def sampler_order(raw: list[str] | str) -> tuple[str, ...]:
     """llama-server's ``samplers``: a list of names, or a string of one letter per sampler."""
-    if raw is None:
-        return DEFAULT_SAMPLERS
-    names = [SAMPLER_LETTERS.get(letter) for letter in raw] if isinstance(raw, str) else [
-        SAMPLER_NAMES.get(name) for name in raw
-    ]
-    if any(name is None for name in names):
+    names = sampler_names(raw)
+    if names is None:
         known = ", ".join(sorted(SAMPLER_NAMES))
         raise InvalidRequestError(f"Field 'samplers': unknown sampler in {raw!r} (known: {known}, or letters "
                                   f"{''.join(SAMPLER_LETTERS)})")
-    return tuple(name for name in names if name is not None)
+    return names

@@ -45,7 +45,7 @@ def install_middleware(
         if request.method == "OPTIONS":
             response = Response(status=200, content_type="text/html")
             response.headers["Access-Control-Allow-Credentials"] = "true"
-            response.headers["Access-Control-Allow-Methods"] = "GET, POST"
+            response.headers["Access-Control-Allow-Methods"] = "GET, POST, DELETE, OPTIONS"  # llama-server's
             response.headers["Access-Control-Allow-Headers"] = "*"
             return response
         if is_draining():

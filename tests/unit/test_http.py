@@ -77,7 +77,7 @@ def test_cors_preflight_and_origin() -> None:
     response = client(keys=("secret",)).options("/echo", headers={"Origin": "https://app.example"})
     assert response.status_code == 200
     assert response.headers["Access-Control-Allow-Origin"] == "https://app.example"
-    assert response.headers["Access-Control-Allow-Methods"] == "GET, POST"
+    assert response.headers["Access-Control-Allow-Methods"] == "GET, POST, DELETE, OPTIONS"  # llama-server's
     assert response.headers["Access-Control-Allow-Headers"] == "*"
     assert response.headers["Access-Control-Allow-Credentials"] == "true"
     plain = client().post("/echo", json={}, headers={"Origin": "https://app.example"})

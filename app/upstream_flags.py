@@ -1,0 +1,215 @@
+"""llama-server's flags that this container does not implement, so that an existing llama-server
+command line starts here: each is accepted with a start-up warning saying why it has no effect, or
+refused with the reason where ignoring it would silently change results.
+
+The flags themselves (names, values, environment variables) are app/upstream_flags.json, written by
+scripts/upstream_flags.py from common/arg.cpp of the pinned llama.cpp. The flags that
+``app/settings.py`` declares are implemented; every other entry gets its treatment here, from the
+rules of ``treatment`` (one per kind of flag) and the ``TREATMENTS`` table.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Literal
+
+TABLE = Path(__file__).with_name("upstream_flags.json")
+
+
+@dataclass(frozen=True)
+class UpstreamFlag:
+    flags: tuple[str, ...]
+    negative: tuple[str, ...]
+    values: int  # how many values the flag takes
+    env: str | None
+    sampling: bool
+    speculative: bool
+    removed: str | None  # llama-server refuses it too, with this advice
+
+    @property
+    def name(self) -> str:
+        return max(self.flags, key=len)
+
+
+@dataclass(frozen=True)
+class Treatment:
+    action: Literal["warn", "refuse"]
+    reason: str
+
+
+@cache
+def upstream_flags() -> tuple[UpstreamFlag, ...]:
+    return tuple(UpstreamFlag(tuple(item["flags"]), tuple(item["negative"]), item["values"], item["env"],
+                              item["sampling"], item["speculative"], item["removed"])
+                 for item in json.loads(TABLE.read_text()))
+
+
+def _warn(reason: str) -> Treatment:
+    return Treatment("warn", reason)
+
+
+def _refuse(reason: str) -> Treatment:
+    return Treatment("refuse", reason)
+
+
+CPU_PLACEMENT = _warn("ggml's CPU threads are placed by the OS here (container CPU quotas); no pinning or priority")
+ONE_DEVICE = _warn("this container places the model on one device; it does not split or override placement")
+RESULTS = "not implemented here, and ignoring it would change the model's output"
+NO_HUB = _refuse("no model downloads from URLs or Hugging Face here: give a path or a gs:// URI with --model")
+LOGS = _warn("logs are JSON lines on stderr here (Cloud Logging reads them); -v turns on llama.cpp's own")
+ROUTER = _refuse("this container serves one model; run one container (one Vertex AI deployment) per model")
+TOOLS = _refuse("server-side tools and MCP are not implemented here; give tools in the request (tool calling)")
+PER_REQUEST = "give it per request instead"
+
+TREATMENTS: dict[str, Treatment] = {
+    # context, KV cache and RoPE: the numbers the model computes
+    "--cache-type-k": _refuse(f"KV cache types: {RESULTS} (the cache stays f16)"),
+    "--cache-type-v": _refuse(f"KV cache types: {RESULTS} (the cache stays f16)"),
+    "--rope-scaling": _refuse(f"RoPE scaling: {RESULTS}"),
+    "--rope-scale": _refuse(f"RoPE scaling: {RESULTS}"),
+    "--rope-freq-base": _refuse(f"RoPE frequency: {RESULTS}"),
+    "--rope-freq-scale": _refuse(f"RoPE frequency: {RESULTS}"),
+    "--yarn-orig-ctx": _refuse(f"YaRN: {RESULTS}"),
+    "--yarn-ext-factor": _refuse(f"YaRN: {RESULTS}"),
+    "--yarn-attn-factor": _refuse(f"YaRN: {RESULTS}"),
+    "--yarn-beta-slow": _refuse(f"YaRN: {RESULTS}"),
+    "--yarn-beta-fast": _refuse(f"YaRN: {RESULTS}"),
+    "--context-shift": _refuse("context shift is not implemented here: a generation ends at its slot's context"),
+    "--keep": _warn("only used by context shift, which is off here"),
+    "--override-kv": _refuse(f"model metadata overrides: {RESULTS}"),
+    "--control-vector": _refuse(f"control vectors: {RESULTS}"),
+    "--control-vector-scaled": _refuse(f"control vectors: {RESULTS}"),
+    "--control-vector-layer-range": _refuse(f"control vectors: {RESULTS}"),
+    "--lora-init-without-apply": _refuse("adapters start at their given scale here; set 0 with --lora-scaled FILE 0"),
+    "--embd-normalize": _refuse(f"the embedding normalization default: {RESULTS}; give embd_normalize per request"),
+    "--reverse-prompt": _refuse(f"a default stop string: {RESULTS}; give stop per request"),
+    "--spm-infill": _refuse(f"the SPM infill order: {RESULTS}"),
+    "--special": _refuse(f"special tokens in the output text: {RESULTS}"),
+    "--escape": _warn("escapes are a llama-cli prompt feature; the server takes JSON"),
+    "--chat-template-kwargs": _refuse(f"default template arguments: {RESULTS}; give chat_template_kwargs per request"),
+    "--reasoning": _refuse(f"the reasoning switch: {RESULTS}; reasoning_format and chat_template_kwargs work per "
+                           "request"),
+    "--reasoning-budget": _refuse(f"a reasoning budget: {RESULTS}"),
+    "--reasoning-budget-message": _refuse(f"a reasoning budget: {RESULTS}"),
+    "--reasoning-effort": _refuse(f"a default reasoning effort: {RESULTS}; give chat_template_kwargs per request"),
+    "--reasoning-preserve": _refuse(f"keeping reasoning in the history: {RESULTS}"),
+    "--skip-chat-parsing": _refuse(f"raw chat output: {RESULTS}; use reasoning_format none per request"),
+    "--prefill-assistant": _warn("a trailing assistant message is always a prefill here (llama-server's default)"),
+    "--dry-sequence-breaker": _refuse(f"default DRY breakers: {RESULTS}; {PER_REQUEST} (dry_sequence_breakers)"),
+    "--logit-bias": _refuse(f"a default logit bias: {RESULTS}; {PER_REQUEST} (logit_bias)"),
+    "--grammar": _refuse(f"a default grammar: {RESULTS}; {PER_REQUEST} (grammar)"),
+    "--grammar-file": _refuse(f"a default grammar: {RESULTS}; {PER_REQUEST} (grammar)"),
+    "--json-schema": _refuse(f"a default JSON schema: {RESULTS}; {PER_REQUEST} (json_schema, response_format)"),
+    "--json-schema-file": _refuse(f"a default JSON schema: {RESULTS}; {PER_REQUEST} (json_schema, response_format)"),
+    "--adaptive-target": _refuse(f"the adaptive sampler: {RESULTS}"),
+    "--adaptive-decay": _refuse(f"the adaptive sampler: {RESULTS}"),
+    "--backend-sampling": _warn("sampling runs on the CPU here, with the same result"),
+    # memory, placement and loading: speed and memory only
+    "--kv-offload": ONE_DEVICE, "--kv-unified": _warn("each slot has its own KV cells here (batched output equals "
+                                                      "solo output); the cells are not unified"),
+    "--kv-unified-per-slot": _warn("each slot has its own KV cells here"),
+    "--swa-full": _warn("the sliding-window cache size is llama.cpp's default here (no effect on output)"),
+    "--swa-checkpoints": _warn("context checkpoints are not kept here (they only save recomputation)"),
+    "--checkpoint-min-step": _warn("context checkpoints are not kept here"),
+    "--cache-reuse": _warn("KV shifting for chunk reuse is not implemented here; prefixes are reused (and restored "
+                           "by --cache-ram)"),
+    "--cache-idle-slots": _warn("slots keep their cells while idle here (no unified cache to clear)"),
+    "--defrag-thold": _warn("deprecated in llama.cpp; it has no effect there either"),
+    "--device": ONE_DEVICE, "--split-mode": ONE_DEVICE, "--tensor-split": ONE_DEVICE, "--main-gpu": ONE_DEVICE,
+    "--override-tensor": ONE_DEVICE, "--cpu-moe": ONE_DEVICE, "--n-cpu-moe": ONE_DEVICE,
+    "--n-cpu-ffn": ONE_DEVICE, "--op-offload": ONE_DEVICE, "--no-host": ONE_DEVICE, "--rpc": ONE_DEVICE,
+    "--mmproj-device": ONE_DEVICE, "--repack": _warn("weights are repacked as llama.cpp decides here"),
+    "--fit": _warn("fitting to memory is not implemented here: set --ctx-size and --n-gpu-layers"),
+    "--fit-ctx": _warn("fitting to memory is not implemented here"),
+    "--fit-target": _warn("fitting to memory is not implemented here"),
+    "--load-mode": _warn("models are memory-mapped here (llama.cpp's default)"),
+    "--lazy-mode": _warn("models are loaded whole at start-up here"),
+    "--numa": _warn("NUMA placement is left to the OS here"), "--check-tensors": _warn("tensors are not "
+                                                                                       "validated at load here"),
+    "--warmup": _warn("one warm-up decode always runs at load here (llama-server's default)"),
+    "--mtmd-batch-max-tokens": _warn("the projector's batch is libmtmd's default here"),
+    "--perf": _warn("per-request timings are always returned here"),
+    "--cpu-mask": CPU_PLACEMENT, "--cpu-range": CPU_PLACEMENT, "--cpu-strict": CPU_PLACEMENT,
+    "--cpu-mask-batch": CPU_PLACEMENT, "--cpu-range-batch": CPU_PLACEMENT, "--cpu-strict-batch": CPU_PLACEMENT,
+    "--prio": CPU_PLACEMENT, "--prio-batch": CPU_PLACEMENT, "--poll": CPU_PLACEMENT, "--poll-batch": CPU_PLACEMENT,
+    # the HTTP server
+    "--ssl-key-file": _refuse("TLS is not served here (it would serve plain HTTP); Vertex AI terminates TLS, or "
+                              "put a TLS proxy in front"),
+    "--ssl-cert-file": _refuse("TLS is not served here (it would serve plain HTTP); Vertex AI terminates TLS, or "
+                               "put a TLS proxy in front"),
+    "--reuse-port": _warn("one gunicorn master owns the port here"),
+    "--cors-methods": _warn("CORS allows GET, POST, DELETE and OPTIONS here (llama-server's default)"),
+    "--cors-headers": _warn("CORS allows any request header here"),
+    "--cors-credentials": _warn("CORS always allows credentials here"),
+    "--sse-ping-interval": _warn("no SSE keep-alive comments are sent here"),
+    "--slot-prompt-similarity": _warn("a request goes to the free slot holding most of its prompt here"),
+    "--tags": _warn("model tags are not reported here"),
+    "--webui-config": _warn("the built-in web UI has no server-side settings"),
+    "--webui-config-file": _warn("the built-in web UI has no server-side settings"),
+    "--webui-mcp-proxy": _warn("the built-in web UI has no MCP proxy"),
+    "--video-ffmpeg-dir": _warn("video is not taken here"), "--video-fps": _warn("video is not taken here"),
+    "--video-timestamp-interval": _warn("video is not taken here"),
+    "--log-disable": LOGS, "--log-file": LOGS, "--log-colors": LOGS, "--log-prefix": LOGS, "--log-timestamps": LOGS,
+    "--log-jsonl": LOGS, "--log-verbosity": LOGS, "--log-prompts-dir": LOGS,
+    # programs and modes that are not this server
+    "--usage": _refuse("use python -m app --help"), "--version": _refuse("/props build_info gives the llama.cpp "
+                                                                         "build; python -m app --help the flags"),
+    "--completion-bash": _refuse("no bash completion here"), "--list-devices": _refuse("not a server run: the "
+                                                                                     "start-up log names the device"),
+    "--cache-list": _refuse("there is no Hugging Face cache here"),
+    "--hf-repo": NO_HUB, "--hf-file": NO_HUB, "--model-url": NO_HUB, "--mmproj-url": NO_HUB, "--docker-repo": NO_HUB,
+    "--hf-token": _warn("no Hugging Face downloads here"), "--offline": _warn("nothing is downloaded but gs:// "
+                                                                               "models"),
+    "--models-dir": ROUTER, "--models-max": ROUTER, "--models-preset": ROUTER, "--models-autoload": ROUTER,
+    "--agent": TOOLS, "--tools": TOOLS, "--tools-runtime": TOOLS, "--mcp-servers-config": TOOLS,
+    "--mcp-servers-json": TOOLS, "--lookup-cache-static": _warn("n-gram lookup decoding is not implemented here"),
+    "--lookup-cache-dynamic": _warn("n-gram lookup decoding is not implemented here"),
+}
+
+
+def treatment(flag: UpstreamFlag) -> Treatment | None:
+    """How an unimplemented flag is taken; None for a flag no rule covers (a test keeps that empty)."""
+    if flag.removed is not None:
+        return _refuse(f"removed from llama-server: {flag.removed}")
+    if flag.speculative or any("draft" in name for name in flag.flags):
+        return _warn("speculative decoding is not implemented here: requests decode without it (the output is the "
+                     "same, only slower)")
+    if flag.name.endswith(("-default", "-spec")):
+        return _refuse("presets download models from Hugging Face: give --model (a path or gs://) and the flags")
+    for name in (*flag.flags, *flag.negative):
+        if name in TREATMENTS:
+            return TREATMENTS[name]
+    return None
+
+
+def unimplemented(declared: Iterable[str]) -> tuple[UpstreamFlag, ...]:
+    """The upstream flags that none of ``declared`` (this server's flags) implements."""
+    ours = set(declared)
+    return tuple(flag for flag in upstream_flags() if not ours & {*flag.flags, *flag.negative})
+
+
+def readme_section(unimplemented_flags: tuple[UpstreamFlag, ...]) -> str:
+    """The README's list of the unimplemented flags, grouped by treatment and reason (a test
+    checks that the README holds exactly this)."""
+    groups: dict[str, dict[str, list[str]]] = {"warn": {}, "refuse": {}}
+    for flag in unimplemented_flags:
+        how = treatment(flag)
+        assert how is not None
+        groups[how.action].setdefault(how.reason, []).append(" ".join(f"`{name}`" for name in
+                                                                      (*flag.flags, *flag.negative)))
+    total = len(upstream_flags())
+    warned = sum(len(v) for v in groups["warn"].values())
+    refused = sum(len(v) for v in groups["refuse"].values())
+    lines = [f"Of llama-server's {total} flag entries (its `common/arg.cpp` at the pinned llama.cpp, listed in "
+             f"`app/upstream_flags.json`): {total - warned - refused} are implemented (the table above), "
+             f"{warned} are accepted with a start-up warning, {refused} are refused. The same holds for their "
+             "environment variables."]
+    for action, title in (("warn", "Accepted, with a warning that they have no effect here"),
+                          ("refuse", "Refused at start-up (exit 2), with the reason")):
+        lines += ["", f"**{title}:**", "", "| flags | why |", "|---|---|"]
+        lines += [f"| {', '.join(names)} | {reason} |" for reason, names in sorted(groups[action].items())]
+    return "\n".join(lines) + "\n"
