@@ -129,7 +129,7 @@ case "$cmd" in
     ensure_chromium
     cd "$ROOT"
     log "ruff"
-    "$VENV/bin/python" -m ruff check app gcp tests bench
+    "$VENV/bin/python" -m ruff check app gcp tests bench scripts
     log "mypy"
     "$VENV/bin/python" -m mypy
     log "pytest"
