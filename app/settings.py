@@ -16,7 +16,15 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Literal
 
-from app.engine.types import RANDOM_SEED, SAMPLER_LETTERS, SAMPLER_NAMES, SamplingParams, sampler_names
+from app.engine.types import (
+    KV_CACHE_TYPES,
+    RANDOM_SEED,
+    SAMPLER_LETTERS,
+    SAMPLER_NAMES,
+    UNQUANTIZED_KV,
+    SamplingParams,
+    sampler_names,
+)
 from app.ui import BUILTIN_UI_DIRECTORY
 from app.upstream_flags import treatment, unimplemented
 
@@ -85,6 +93,32 @@ class Settings:
     flash_attn: str = option(("-fa", "--flash-attn"), "str", "auto",
         "flash attention: on, off or auto (also 1/true/enabled, 0/false/disabled, -1)", env="LLAMA_ARG_FLASH_ATTN",
         metavar="[on|off|auto]")
+    cache_type_k: str = option(("-ctk", "--cache-type-k"), "choice", "f16", "KV cache data type for K",
+        env="LLAMA_ARG_CACHE_TYPE_K", choices=KV_CACHE_TYPES, metavar="TYPE")
+    cache_type_v: str = option(("-ctv", "--cache-type-v"), "choice", "f16",
+        "KV cache data type for V (quantized types need flash attention)", env="LLAMA_ARG_CACHE_TYPE_V",
+        choices=KV_CACHE_TYPES, metavar="TYPE")
+    rope_scaling: str | None = option(("--rope-scaling",), "choice", None,
+        "RoPE frequency scaling method (default: the model's)", env="LLAMA_ARG_ROPE_SCALING_TYPE",
+        choices=("none", "linear", "yarn"))
+    rope_scale: float | None = option(("--rope-scale",), "float", None,
+        "RoPE context scaling factor: expands the context by this factor", env="LLAMA_ARG_ROPE_SCALE",
+        metavar="N")
+    rope_freq_base: float | None = option(("--rope-freq-base",), "float", None,
+        "RoPE base frequency (default: the model's)", env="LLAMA_ARG_ROPE_FREQ_BASE", metavar="N")
+    rope_freq_scale: float | None = option(("--rope-freq-scale",), "float", None,
+        "RoPE frequency scaling factor: expands the context by 1/N (default: the model's)",
+        env="LLAMA_ARG_ROPE_FREQ_SCALE", metavar="N")
+    yarn_orig_ctx: int = option(("--yarn-orig-ctx",), "int", 0,
+        "YaRN: the model's original context (0: its training context)", env="LLAMA_ARG_YARN_ORIG_CTX", minimum=0)
+    yarn_ext_factor: float = option(("--yarn-ext-factor",), "float", -1.0,
+        "YaRN: extrapolation mix factor (-1: the model's, 0: full interpolation)", env="LLAMA_ARG_YARN_EXT_FACTOR")
+    yarn_attn_factor: float = option(("--yarn-attn-factor",), "float", -1.0,
+        "YaRN: attention magnitude scale (-1: the model's)", env="LLAMA_ARG_YARN_ATTN_FACTOR")
+    yarn_beta_slow: float = option(("--yarn-beta-slow",), "float", -1.0,
+        "YaRN: high correction dim or alpha (-1: the model's)", env="LLAMA_ARG_YARN_BETA_SLOW")
+    yarn_beta_fast: float = option(("--yarn-beta-fast",), "float", -1.0,
+        "YaRN: low correction dim or beta (-1: the model's)", env="LLAMA_ARG_YARN_BETA_FAST")
     n_predict: int = option(("-n", "--n-predict", "--predict"), "int", -1,
         "most tokens to generate (-1 = until the context is full); also caps each request",
         env="LLAMA_ARG_N_PREDICT", minimum=-1)
@@ -314,6 +348,13 @@ class Settings:
         return max(self.slot_count + 4, (os.cpu_count() or 1) - 1)
 
     @property
+    def rope_frequency_scale(self) -> float:
+        """llama.cpp's rope_freq_scale: --rope-freq-scale, else 1 / --rope-scale, else 0 (the model's)."""
+        if self.rope_freq_scale is not None:
+            return self.rope_freq_scale
+        return 1.0 / self.rope_scale if self.rope_scale else 0.0
+
+    @property
     def flash_attn_mode(self) -> str:
         """``--flash-attn`` as on, off or auto (llama-server's truthy and falsy spellings taken)."""
         value = self.flash_attn.strip().lower()
@@ -426,6 +467,9 @@ def _validate(settings: Settings) -> None:
             ) from None
     if settings.flash_attn_mode not in ("on", "off", "auto"):
         raise SettingsError(f"--flash-attn/-fa: invalid value {settings.flash_attn!r} (expected on, off or auto)")
+    if settings.cache_type_v not in UNQUANTIZED_KV and settings.flash_attn_mode == "off":
+        raise SettingsError(f"--cache-type-v {settings.cache_type_v}: a quantized V cache needs flash attention "
+                            "(-fa on or auto)")
     if settings.port > 65535:
         raise SettingsError(f"--port: {settings.port} is not a valid port")
     if settings.static_path is not None and not os.path.isdir(settings.static_path):

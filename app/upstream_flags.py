@@ -67,17 +67,6 @@ PER_REQUEST = "give it per request instead"
 
 TREATMENTS: dict[str, Treatment] = {
     # context, KV cache and RoPE: the numbers the model computes
-    "--cache-type-k": _refuse(f"KV cache types: {RESULTS} (the cache stays f16)"),
-    "--cache-type-v": _refuse(f"KV cache types: {RESULTS} (the cache stays f16)"),
-    "--rope-scaling": _refuse(f"RoPE scaling: {RESULTS}"),
-    "--rope-scale": _refuse(f"RoPE scaling: {RESULTS}"),
-    "--rope-freq-base": _refuse(f"RoPE frequency: {RESULTS}"),
-    "--rope-freq-scale": _refuse(f"RoPE frequency: {RESULTS}"),
-    "--yarn-orig-ctx": _refuse(f"YaRN: {RESULTS}"),
-    "--yarn-ext-factor": _refuse(f"YaRN: {RESULTS}"),
-    "--yarn-attn-factor": _refuse(f"YaRN: {RESULTS}"),
-    "--yarn-beta-slow": _refuse(f"YaRN: {RESULTS}"),
-    "--yarn-beta-fast": _refuse(f"YaRN: {RESULTS}"),
     "--context-shift": _refuse("context shift is not implemented here: a generation ends at its slot's context"),
     "--keep": _warn("only used by context shift, which is off here"),
     "--override-kv": _refuse(f"model metadata overrides: {RESULTS}"),

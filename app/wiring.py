@@ -15,7 +15,7 @@ from flask import Flask
 
 from app.context import ServerContext
 from app.engine import Backend, Engine, EngineOptions
-from app.engine.llama import LlamaBackend, LlamaConfig
+from app.engine.llama import LlamaBackend, LlamaConfig, RopeConfig
 from app.host_memory import available_memory_bytes
 from app.http import StaticSite, create_app
 from app.routes import bind_routes
@@ -70,6 +70,12 @@ def backend_config(settings: Settings, model_path: str, mmproj_path: str | None 
         image_min_tokens=settings.image_min_tokens,
         image_max_tokens=settings.image_max_tokens,
         media_marker=settings.media_marker or f"<__media_{secrets.token_hex(8)}__>",
+        cache_type_k=settings.cache_type_k,
+        cache_type_v=settings.cache_type_v,
+        rope=RopeConfig(scaling=settings.rope_scaling or "unspecified", freq_base=settings.rope_freq_base or 0.0,
+                        freq_scale=settings.rope_frequency_scale, yarn_orig_ctx=settings.yarn_orig_ctx,
+                        yarn_ext_factor=settings.yarn_ext_factor, yarn_attn_factor=settings.yarn_attn_factor,
+                        yarn_beta_fast=settings.yarn_beta_fast, yarn_beta_slow=settings.yarn_beta_slow),
     )
 
 

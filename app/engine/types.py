@@ -10,6 +10,8 @@ RANDOM_SEED = 0xFFFFFFFF  # llama.cpp's LLAMA_DEFAULT_SEED: a random seed per sa
 # llama-server's default sampler order (applied between logit bias / grammar and the final pick).
 DEFAULT_SAMPLERS = ("penalties", "dry", "top_n_sigma", "top_k", "typ_p", "top_p", "min_p", "xtc", "temperature")
 DEFAULT_DRY_BREAKERS = ("\n", ":", "\"", "*")
+KV_CACHE_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")  # llama-server's
+UNQUANTIZED_KV = frozenset({"f32", "f16", "bf16"})
 SAMPLER_LETTERS = {"e": "penalties", "d": "dry", "s": "top_n_sigma", "k": "top_k", "y": "typ_p",
                    "p": "top_p", "m": "min_p", "x": "xtc", "t": "temperature"}
 SAMPLER_NAMES = {name: name for name in SAMPLER_LETTERS.values()} | {

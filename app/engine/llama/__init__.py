@@ -4,10 +4,11 @@
     vocab.py     tokenizer, pieces, built-in templates, grammars
     sampler.py   sampler chains and log-probabilities
     embedder.py  the embedding context
+    media.py     the multimodal projector (libmtmd)
     ggml.py      llama.cpp's log bridge; ggml's loadable backends
 """
 
-from app.engine.llama.backend import LlamaBackend, LlamaConfig
+from app.engine.llama.backend import LlamaBackend, LlamaConfig, RopeConfig
 from app.engine.llama.ggml import load_ggml_backends, loaded_cpu_variant
 
-__all__ = ["LlamaBackend", "LlamaConfig", "load_ggml_backends", "loaded_cpu_variant"]
+__all__ = ["LlamaBackend", "LlamaConfig", "RopeConfig", "load_ggml_backends", "loaded_cpu_variant"]

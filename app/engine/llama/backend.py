@@ -11,7 +11,7 @@ from __future__ import annotations
 import ctypes
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, cast
 
 import llama_cpp as lc
@@ -23,9 +23,27 @@ from app.engine.llama.ggml import install_log_callback, load_ggml_backends
 from app.engine.llama.media import LlamaMedia
 from app.engine.llama.sampler import LlamaSampler, new_sampler
 from app.engine.llama.vocab import LlamaVocabulary, model_meta
-from app.engine.types import SamplingParams
+from app.engine.types import KV_CACHE_TYPES, SamplingParams
 
 _FLASH_ATTN = {"auto": -1, "off": 0, "on": 1}
+# ggml's type numbers of the KV cache types llama-server takes (ggml.h's enum ggml_type)
+_GGML_TYPES = {"f32": 0, "f16": 1, "q4_0": 2, "q4_1": 3, "q5_0": 6, "q5_1": 7, "q8_0": 8, "iq4_nl": 20, "bf16": 30}
+assert set(_GGML_TYPES) == set(KV_CACHE_TYPES)
+_ROPE_SCALING = {"unspecified": -1, "none": 0, "linear": 1, "yarn": 2}
+
+
+@dataclass(frozen=True)
+class RopeConfig:
+    """RoPE and YaRN overrides; llama.cpp's "from the model" values by default."""
+
+    scaling: str = "unspecified"  # none, linear, yarn
+    freq_base: float = 0.0
+    freq_scale: float = 0.0
+    yarn_orig_ctx: int = 0
+    yarn_ext_factor: float = -1.0
+    yarn_attn_factor: float = -1.0
+    yarn_beta_fast: float = -1.0
+    yarn_beta_slow: float = -1.0
 
 
 @dataclass(frozen=True)
@@ -49,6 +67,9 @@ class LlamaConfig:
     image_min_tokens: int = -1  # -1: the projector's own
     image_max_tokens: int = -1
     media_marker: str = "<__media__>"  # what stands for a media item in a prompt's text
+    cache_type_k: str = "f16"
+    cache_type_v: str = "f16"
+    rope: RopeConfig = field(default_factory=RopeConfig)
 
 
 class LlamaBackend:
@@ -79,11 +100,23 @@ class LlamaBackend:
         ctx_params.n_threads_batch = config.n_threads_batch
         ctx_params.kv_unified = False
         ctx_params.flash_attn_type = _FLASH_ATTN[config.flash_attn]
+        ctx_params.type_k = _GGML_TYPES[config.cache_type_k]
+        ctx_params.type_v = _GGML_TYPES[config.cache_type_v]
+        rope = config.rope
+        ctx_params.rope_scaling_type = _ROPE_SCALING[rope.scaling]
+        ctx_params.rope_freq_base = rope.freq_base
+        ctx_params.rope_freq_scale = rope.freq_scale
+        ctx_params.yarn_orig_ctx = rope.yarn_orig_ctx
+        ctx_params.yarn_ext_factor = rope.yarn_ext_factor
+        ctx_params.yarn_attn_factor = rope.yarn_attn_factor
+        ctx_params.yarn_beta_fast = rope.yarn_beta_fast
+        ctx_params.yarn_beta_slow = rope.yarn_beta_slow
         ctx_params.no_perf = True
         self._ctx = lc.llama_init_from_model(self._model, ctx_params)
         if not self._ctx:
             lc.llama_model_free(self._model)
-            raise ModelLoadError("llama.cpp could not create a context (out of memory?)")
+            raise ModelLoadError("llama.cpp could not create a context (out of memory? a quantized V cache without "
+                                 "flash attention?)")
         self._memory = lc.llama_get_memory(self._ctx)
         self.n_seq = int(lc.llama_n_seq_max(self._ctx))
         self.n_ctx_seq = int(lc.llama_n_ctx_seq(self._ctx))
