@@ -11,6 +11,7 @@ environment at import time.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
@@ -28,7 +29,7 @@ from app.engine.types import (
 from app.ui import BUILTIN_UI_DIRECTORY
 from app.upstream_flags import treatment, unimplemented
 
-Kind = Literal["str", "int", "float", "bool", "keys", "choice", "paths", "scaled"]
+Kind = Literal["str", "int", "float", "bool", "keys", "choice", "paths", "scaled", "texts"]
 
 DEFAULT_CACHE_RAM_MIB = 8192  # llama-server's
 _SAMPLING = SamplingParams()  # the sampling defaults' owner
@@ -171,6 +172,16 @@ class Settings:
     sampler_seq: str | None = option(("--sampler-seq", "--sampling-seq"), "str", None,
         "default sampler order, one letter a sampler (" + "".join(SAMPLER_LETTERS) + "); --samplers wins",
         metavar="SEQUENCE")
+    reverse_prompt: tuple[str, ...] = option(("-r", "--reverse-prompt"), "texts", (),
+        "a default stop string, for requests that give none; repeatable", metavar="PROMPT")
+    embd_normalize: int = option(("--embd-normalize",), "int", 2,
+        "default normalization of native embeddings (-1: none, 0: max absolute int16, 1: taxicab, 2: Euclidean, "
+        ">2: p-norm)", minimum=-1)
+    chat_template_kwargs: str | None = option(("--chat-template-kwargs",), "str", None,
+        "default arguments of the chat template, a JSON object (a request's own chat_template_kwargs add to "
+        "them and win)", env="LLAMA_ARG_CHAT_TEMPLATE_KWARGS", metavar="JSON")
+    tags: tuple[str, ...] = option(("--tags",), "keys", (),
+        "model tags for /v1/models, comma-separated (informational)", env="LLAMA_ARG_TAGS", metavar="TAGS")
     api_keys: tuple[str, ...] = option(("--api-key",), "keys", (),
         "API key(s), comma-separated; repeatable", env="LLAMA_API_KEY", metavar="KEY")
     api_key_file: str | None = option(("--api-key-file",), "str", None,
@@ -348,6 +359,11 @@ class Settings:
         return max(self.slot_count + 4, (os.cpu_count() or 1) - 1)
 
     @property
+    def template_kwargs(self) -> dict[str, Any]:
+        """--chat-template-kwargs as a dict (checked to be a JSON object at start-up)."""
+        return dict(json.loads(self.chat_template_kwargs)) if self.chat_template_kwargs else {}
+
+    @property
     def rope_frequency_scale(self) -> float:
         """llama.cpp's rope_freq_scale: --rope-freq-scale, else 1 / --rope-scale, else 0 (the model's)."""
         if self.rope_freq_scale is not None:
@@ -387,8 +403,8 @@ class Settings:
         """Keys from ``--api-key`` and from ``--api-key-file`` (read at start-up)."""
         keys = list(self.api_keys)
         if self.api_key_file:
-            with open(self.api_key_file, encoding="utf-8") as handle:
-                keys.extend(line.strip() for line in handle if line.strip())
+            with open(self.api_key_file, encoding="utf-8") as handle:  # one a line; # starts a comment line
+                keys.extend(line.strip() for line in handle if line.strip() and not line.startswith("#"))
         return tuple(keys)
 
 
@@ -419,6 +435,8 @@ def _convert(option: Option, raw: str, where: str) -> Any:
             value = lowered in _TRUE
         elif option.kind in ("keys", "paths"):
             value = tuple(key.strip() for key in raw.split(",") if key.strip())
+        elif option.kind == "texts":
+            value = (raw,) if raw else ()
         elif option.kind == "choice":
             if raw not in option.choices:
                 raise ValueError(raw)
@@ -470,6 +488,13 @@ def _validate(settings: Settings) -> None:
     if settings.cache_type_v not in UNQUANTIZED_KV and settings.flash_attn_mode == "off":
         raise SettingsError(f"--cache-type-v {settings.cache_type_v}: a quantized V cache needs flash attention "
                             "(-fa on or auto)")
+    if settings.chat_template_kwargs is not None:
+        try:
+            parsed = json.loads(settings.chat_template_kwargs)
+        except ValueError:
+            parsed = None
+        if not isinstance(parsed, dict):
+            raise SettingsError("--chat-template-kwargs: must be a JSON object, e.g. '{\"enable_thinking\": false}'")
     if settings.port > 65535:
         raise SettingsError(f"--port: {settings.port} is not a valid port")
     if settings.static_path is not None and not os.path.isdir(settings.static_path):
@@ -504,7 +529,7 @@ def build_parser(prog: str = "python -m app") -> argparse.ArgumentParser:
                 parser.add_argument(*option.negative_flags, dest=option.dest, action="store_const",
                                     const="0", default=argparse.SUPPRESS,
                                     help=f"disable {option.flags[-1]}")
-        elif option.kind in ("keys", "paths"):
+        elif option.kind in ("keys", "paths", "texts"):
             parser.add_argument(*option.flags, dest=option.dest, action="append",
                                 default=argparse.SUPPRESS, metavar=option.metavar, help=help_text)
         elif option.kind == "scaled":
@@ -559,7 +584,9 @@ def parse_settings(
         for option in OPTIONS:
             if option.dest in namespace:
                 raw = namespace[option.dest]
-                if option.kind in ("keys", "paths"):
+                if option.kind == "texts":
+                    values[option.dest] = tuple(text for text in raw if text)
+                elif option.kind in ("keys", "paths"):
                     values[option.dest] = tuple(
                         key for chunk in raw for key in _convert(option, chunk, _flag_name(option))
                     )

@@ -32,6 +32,7 @@ class ModelInfo:
     description: str
     build_info: str
     pooling: str = "unspecified"  # what the model declares; "rank" for a reranker
+    ftype: str = ""  # the weights' file type (quantization), llama.cpp's name: "Q4_1", "Q4_K - Medium", ...
 
     def outside_vocabulary(self, tokens: Sequence[int]) -> list[int]:
         """The token ids of ``tokens`` that this model's vocabulary does not have (the one owner

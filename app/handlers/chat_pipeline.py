@@ -144,7 +144,7 @@ def render_prompt(ctx: ServerContext, body: ChatBody, plan: ToolPlan | None = No
     collected = media if media is not None else []
     messages = messages_for_template(template_messages(ctx, body, collected), plan, renders_tools)
     tools = [tool.model_dump(exclude_none=True) for tool in plan.tools] if plan and renders_tools else None
-    kwargs = body.chat_template_kwargs
+    kwargs = {**ctx.settings.template_kwargs, **(body.chat_template_kwargs or {})} or None
     if messages[-1]["role"] == "assistant" and body.add_generation_prompt:
         if len(messages) > 1 and messages[-2]["role"] == "assistant":
             raise InvalidRequestError("Field 'messages': cannot have two assistant messages at the end")

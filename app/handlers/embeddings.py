@@ -72,7 +72,7 @@ class NativeEmbeddingBody(BaseModel):
     model_config = ConfigDict(extra="allow")
     content: Any = None
     input: Any = None
-    embd_normalize: int = 2
+    embd_normalize: int | None = None  # default: --embd-normalize
 
 
 def post_embedding(ctx: ServerContext, request: ApiRequest) -> ApiReply:
@@ -82,8 +82,9 @@ def post_embedding(ctx: ServerContext, request: ApiRequest) -> ApiReply:
         raise InvalidRequestError('"input" or "content" must be provided')
     result = embed(ctx, _input_tokens(ctx, raw, "input" if body.input is not None else "content"),
                    request.should_stop)
+    norm = ctx.settings.embd_normalize if body.embd_normalize is None else body.embd_normalize
     return ApiReply(body=[
-        {"index": index, "embedding": [normalize(row, body.embd_normalize) for row in vectors]}
+        {"index": index, "embedding": [normalize(row, norm) for row in vectors]}
         for index, vectors in enumerate(result.vectors)
     ])
 

@@ -215,7 +215,7 @@ def generation_request(
         prompt=tuple(prompt),
         sampling=sampling_params(ctx, fields, grammar, n_probs),
         n_predict=fields.requested_n_predict(),
-        stop=fields.stop_strings(),
+        stop=fields.stop_strings() or ctx.settings.reverse_prompt,  # --reverse-prompt: llama-server's default
         cache_prompt=ctx.settings.cache_prompt if fields.cache_prompt is None else fields.cache_prompt,
         id_slot=fields.id_slot,
         n_keep=fields.n_keep,

@@ -41,6 +41,7 @@ def get_props(ctx: ServerContext, request: ApiRequest) -> ApiReply:
         "total_slots": ctx.engine.n_slots,
         "model_alias": ctx.model_name,
         "model_path": ctx.model_path,
+        "model_ftype": info.ftype,
         "modalities": {"vision": facts.vision, "video": False, "audio": facts.audio},
         "media_marker": facts.media_marker,
         "endpoint_slots": settings.slots,
@@ -91,7 +92,7 @@ def get_models(ctx: ServerContext, request: ApiRequest) -> ApiReply:
         "data": [{
             "id": name,
             "aliases": aliases,
-            "tags": aliases,
+            "tags": list(ctx.settings.tags),
             "object": "model",
             "created": int(time.time()),
             "owned_by": "llamacpp",
@@ -103,6 +104,7 @@ def get_models(ctx: ServerContext, request: ApiRequest) -> ApiReply:
                 "n_embd": info.n_embd,
                 "n_params": info.n_params,
                 "size": info.size,
+                "ftype": info.ftype,
             },
         }],
     })

@@ -61,3 +61,9 @@ def test_rope_overrides_reach_the_model(server_dir: Path, args: list[str]) -> No
         finally:
             assert server.stop() == 0, server.log()
     assert answers[0] != answers[1]
+
+
+def test_the_weights_file_type_is_reported(vertex_server: Any) -> None:
+    props = requests.get(vertex_server.url("/props"), timeout=10).json()
+    models = requests.get(vertex_server.url("/v1/models"), timeout=10).json()
+    assert props["model_ftype"] == models["data"][0]["meta"]["ftype"] == "Q4_1"  # the embedded SmolLM2's

@@ -185,6 +185,7 @@ class LlamaBackend:
             description=desc.value.decode("utf-8", "replace"),
             build_info=f"b{lc.__version__}-llama-cpp-python",
             pooling=self._declared_pooling(),
+            ftype=(lc.llama_ftype_name(lc.llama_model_ftype(self._model)) or b"").decode("utf-8", "replace"),
         )
 
     def decode(self, batch: Sequence[BatchEntry]) -> None:

@@ -1,0 +1,72 @@
+"""llama-server's server-side defaults for request fields: --reverse-prompt (stop strings),
+--embd-normalize, --chat-template-kwargs; --tags in /v1/models; --api-key-file comments."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from app.settings import SettingsError, parse_settings
+from tests.inprocess import JAPANESE, PROMPT, make_application
+
+
+def post(app: Any, path: str, body: dict[str, Any]) -> Any:
+    response = app.flask.test_client().post(path, json=body)
+    assert response.status_code == 200, response.get_data(as_text=True)
+    return response.json
+
+
+def test_reverse_prompt_is_the_stop_of_requests_that_give_none() -> None:
+    app = make_application("-r", "の", "--reverse-prompt", "です")
+    try:
+        cut = post(app, "/completion", {"prompt": PROMPT, "n_predict": 32})
+        assert cut["content"] == JAPANESE[:JAPANESE.index("の")] and cut["stopping_word"] == "の"
+        own = post(app, "/completion", {"prompt": PROMPT, "n_predict": 32, "stop": ["文"]})
+        assert own["content"] == JAPANESE[:JAPANESE.index("文")]
+    finally:
+        app.shutdown()
+
+
+def test_embd_normalize_sets_the_native_default() -> None:
+    plain, raw = make_application(), make_application("--embd-normalize", "-1")
+    try:
+        normalized = post(plain, "/embedding", {"content": "abc"})[0]["embedding"][0]
+        unnormalized = post(raw, "/embedding", {"content": "abc"})[0]["embedding"][0]
+        assert abs(sum(x * x for x in normalized) - 1.0) < 1e-6
+        assert abs(sum(x * x for x in unnormalized) - 1.0) > 1e-3
+        assert post(raw, "/embedding", {"content": "abc", "embd_normalize": 2})[0]["embedding"][0] == normalized
+    finally:
+        plain.shutdown()
+        raw.shutdown()
+
+
+def test_chat_template_kwargs_are_defaults_a_request_adds_to() -> None:
+    template = ("{{ greeting | default('none') }}/{{ mood | default('none') }}:"
+                "{% for m in messages %}{{ m.content }}{% endfor %}")
+    app = make_application("--chat-template", template, "--chat-template-kwargs", '{"greeting": "hi", "mood": "calm"}')
+    try:
+        messages = [{"role": "user", "content": "x"}]
+        assert post(app, "/apply-template", {"messages": messages})["prompt"] == "hi/calm:x"
+        own = post(app, "/apply-template", {"messages": messages, "chat_template_kwargs": {"mood": "glad"}})
+        assert own["prompt"] == "hi/glad:x"
+    finally:
+        app.shutdown()
+    with pytest.raises(SettingsError, match="must be a JSON object"):
+        parse_settings(["--chat-template-kwargs", "[1]"], {}, error=lambda message: None)
+
+
+def test_tags_in_the_models_list() -> None:
+    app = make_application("--tags", "vision, fast")
+    try:
+        models = app.flask.test_client().get("/v1/models").json
+        assert models is not None and models["data"][0]["tags"] == ["vision", "fast"]
+    finally:
+        app.shutdown()
+
+
+def test_the_api_key_file_skips_comment_lines(tmp_path: Path) -> None:
+    keys = tmp_path / "keys"
+    keys.write_text("# rotated 2026-12\nfirst\n\n#second-is-disabled\nthird\n")
+    assert parse_settings(["--api-key-file", str(keys)], {}).all_api_keys() == ("first", "third")
