@@ -10,8 +10,8 @@ Unset (always, outside the tests), the backend factory is returned unchanged.
 
 from __future__ import annotations
 
-import os
 import signal
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -47,7 +47,9 @@ def parse_crash(spec: str) -> Crash:
 
 
 def die(signum: signal.Signals) -> None:
-    os.kill(os.getpid(), signum)
+    """The signal to this thread, as a real illegal instruction or bad access would come: the crash
+    report's current thread is then the one that crashed (a process-wide kill may land on any)."""
+    signal.pthread_kill(threading.get_ident(), signum)
 
 
 class CrashingBackend:
