@@ -120,6 +120,11 @@ class Settings:
         "YaRN: high correction dim or alpha (-1: the model's)", env="LLAMA_ARG_YARN_BETA_SLOW")
     yarn_beta_fast: float = option(("--yarn-beta-fast",), "float", -1.0,
         "YaRN: low correction dim or beta (-1: the model's)", env="LLAMA_ARG_YARN_BETA_FAST")
+    context_shift: bool = option(("--context-shift",), "bool", False,
+        "when a generation fills its slot's context, drop the oldest tokens after --keep and go on (off: it ends, "
+        "truncated)", env="LLAMA_ARG_CONTEXT_SHIFT", negative_flags=("--no-context-shift",))
+    keep: int = option(("--keep",), "int", 0,
+        "prompt tokens a context shift keeps (-1: the whole prompt); a request's n_keep wins", minimum=-1)
     n_predict: int = option(("-n", "--n-predict", "--predict"), "int", -1,
         "most tokens to generate (-1 = until the context is full); also caps each request",
         env="LLAMA_ARG_N_PREDICT", minimum=-1)

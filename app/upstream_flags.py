@@ -67,8 +67,6 @@ PER_REQUEST = "give it per request instead"
 
 TREATMENTS: dict[str, Treatment] = {
     # context, KV cache and RoPE: the numbers the model computes
-    "--context-shift": _refuse("context shift is not implemented here: a generation ends at its slot's context"),
-    "--keep": _warn("only used by context shift, which is off here"),
     "--override-kv": _refuse(f"model metadata overrides: {RESULTS}"),
     "--control-vector": _refuse(f"control vectors: {RESULTS}"),
     "--control-vector-scaled": _refuse(f"control vectors: {RESULTS}"),

@@ -118,6 +118,7 @@ def build_application(
             max_queue=settings.max_queue,
             deadline_seconds=settings.predict_deadline,
             prompt_cache_bytes=prompt_cache,
+            context_shift=settings.context_shift,
         ),
         on_ready=ready,
         on_load_failure=on_load_failure,

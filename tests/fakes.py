@@ -110,6 +110,7 @@ class FakeBackend:
     decodes_under_lora: list[tuple[frozenset[int], tuple[float, ...]]] = field(default_factory=list)
     _embedder: FakeEmbedder = field(default_factory=lambda: FakeEmbedder())
     closed: bool = False
+    shifts: list[tuple[int, int, int]] = field(default_factory=list)
     state_reads: int = 0
     state_writes: int = 0
     media: Any = None  # a projector (tests/unit/test_media_scheduling.py gives one)
@@ -162,6 +163,11 @@ class FakeBackend:
     def copy_sequence(self, source: int, target: int) -> None:
         self.kv[target] = list(self.kv.get(source, []))
         self.copies.append((source, target))
+
+    def shift_sequence(self, seq: int, keep: int, discard: int) -> bool:
+        del self.kv.setdefault(seq, [])[keep:keep + discard]
+        self.shifts.append((seq, keep, discard))
+        return True
 
     def forget(self, seq: int, from_pos: int) -> bool:
         del self.kv.setdefault(seq, [])[from_pos:]

@@ -178,6 +178,10 @@ class Backend(Protocol):
         """Make ``target`` hold the same KV cells as ``source`` (for n > 1: one prompt, many
         continuations)."""
 
+    def shift_sequence(self, seq: int, keep: int, discard: int) -> bool:
+        """Context shift: drop the cells of positions ``[keep, keep + discard)`` and move the later
+        ones back by ``discard``. False when this context cannot shift."""
+
     def forget(self, seq: int, from_pos: int) -> bool:
         """Drop the KV cells of ``seq`` from position ``from_pos`` on. False when only the whole
         sequence could be dropped."""

@@ -67,6 +67,7 @@ class EngineOptions:
     max_queue: int = 64  # jobs that may wait for a slot; more are refused with OverloadedError
     deadline_seconds: float = 0.0  # every job ends this long after its submission (0: never)
     prompt_cache_bytes: int | None = 0  # --cache-ram: 0 off, None no limit
+    context_shift: bool = False  # --context-shift (off while a projector is loaded, as llama-server)
 
 
 @dataclass(frozen=True)
@@ -136,6 +137,12 @@ class Engine:
     @property
     def load_error(self) -> BaseException | None:
         return self._load_error
+
+    def _context_shift(self, backend: Backend) -> bool:
+        if self._options.context_shift and backend.media is not None:
+            log.warning("--context-shift is off: a multimodal projector is loaded (an image's rows cannot be shifted)")
+            return False
+        return self._options.context_shift
 
     def _known(self) -> ModelFacts:
         """What the loaded model is; known from the load on (on_ready reads it before the engine is ready)."""
@@ -337,7 +344,8 @@ class Engine:
                                  vision=media is not None and media.vision, audio=media is not None and media.audio,
                                  media_marker=media.marker if media is not None else None)
         scheduler = Scheduler(backend, self._stats, SchedulerOptions(cont_batching=self._options.cont_batching,
-                                                                        prompt_cache_bytes=self._options.prompt_cache_bytes))
+                                                                        prompt_cache_bytes=self._options.prompt_cache_bytes,
+                                                                        context_shift=self._context_shift(backend)))
         self._slots = scheduler.slots
         self._awake.set()
         return scheduler

@@ -29,6 +29,7 @@ log = logging.getLogger(__name__)
 class SchedulerOptions:
     cont_batching: bool = True
     prompt_cache_bytes: int | None = 0  # the prompt cache's limit (--cache-ram): 0 off, None no limit
+    context_shift: bool = False  # --context-shift
 
 
 class Scheduler:
@@ -305,7 +306,7 @@ class Scheduler:
         if outcome.finish is not None:
             self._finish(slot, outcome.finish, outcome.stop_word)
             return
-        if len(slot.cached) + 1 >= self.backend.n_ctx_seq:
+        if len(slot.cached) + 1 >= self.backend.n_ctx_seq and not self._shift_context(slot):
             self._finish(slot, FinishReason.LIMIT, None, truncated=True)
             return
         if request.deadline is not None and slot.t_last >= request.deadline:
@@ -314,6 +315,22 @@ class Scheduler:
         chunk = slot.generation.chunk(slot.id)
         if chunk is not None:
             slot.job.emit(chunk)
+
+    def _shift_context(self, slot: Slot) -> bool:
+        """llama-server's context shift: keep the first ``n_keep`` prompt tokens (and the BOS), drop
+        ``n_discard`` after them (default: half of the rest) and go on. Not for media in the cells."""
+        if not self.options.context_shift or slot.media or slot.job is None:
+            return False
+        request = slot.job.request
+        n_keep = (slot.n_prompt if request.n_keep < 0 else request.n_keep) + int(self.backend.info.add_bos)
+        n_keep = min(self.backend.n_ctx_seq - 4, n_keep)
+        n_left = len(slot.cached) - n_keep
+        n_discard = max(0, min(request.n_discard or n_left // 2, n_left - 1))
+        if n_discard == 0 or not self.backend.shift_sequence(slot.id, n_keep, n_discard):
+            return False
+        del slot.cached[n_keep:n_keep + n_discard]
+        slot.shifted = True
+        return True
 
     def _finish(self, slot: Slot, reason: FinishReason, stop_word: str | None, truncated: bool = False,
                 deadline: bool = False) -> None:
@@ -332,7 +349,7 @@ class Scheduler:
             tokens=tuple(generation.tokens),
             finish=reason,
             stopping_word=stop_word or "",
-            truncated=truncated,
+            truncated=truncated or slot.shifted,
             n_prompt=slot.n_prompt,
             n_cached_after=len(slot.cached),
             id_slot=slot.id,

@@ -122,6 +122,7 @@ class Slot:
     leader: Slot | None = None
     n_prompt: int = 0
     cache_n: int = 0
+    shifted: bool = False  # a context shift dropped some of this job's cells
     t_start: float = 0.0
     t_prompt_done: float = 0.0
     t_last: float = 0.0
@@ -207,6 +208,7 @@ class Slot:
         self.leader = None
         self.n_prompt = len(prompt)
         self.cache_n = keep
+        self.shifted = False
         self.t_start = time.perf_counter()
         self.t_prompt_done = 0.0
         self.t_last = 0.0

@@ -100,7 +100,8 @@ class GenerationRequest:
     stop: tuple[str, ...] = ()
     cache_prompt: bool = True
     id_slot: int = -1
-    n_keep: int = 0
+    n_keep: int = 0  # prompt tokens a context shift keeps (-1: the whole prompt)
+    n_discard: int = 0  # tokens a context shift drops after them (0: half of the rest)
     n_indent: int = 0
     t_max_predict_ms: int = -1
     lora: tuple[float, ...] | None = None  # adapter scales; None: the global scales at submit time

@@ -98,7 +98,7 @@ class GenerationFields(SamplingOverrides):
     return_tokens: bool = False
     n: int = Field(1, ge=1)
     n_cmpl: int | None = Field(None, ge=1)
-    n_keep: int = Field(0, ge=-1)
+    n_keep: int | None = Field(None, ge=-1)  # default: --keep
     n_discard: int = Field(0, ge=0)
     n_indent: int = Field(0, ge=0)
     t_max_predict_ms: int = Field(-1, ge=-1)
@@ -218,7 +218,8 @@ def generation_request(
         stop=fields.stop_strings() or ctx.settings.reverse_prompt,  # --reverse-prompt: llama-server's default
         cache_prompt=ctx.settings.cache_prompt if fields.cache_prompt is None else fields.cache_prompt,
         id_slot=fields.id_slot,
-        n_keep=fields.n_keep,
+        n_keep=ctx.settings.keep if fields.n_keep is None else fields.n_keep,
+        n_discard=fields.n_discard,
         n_indent=fields.n_indent,
         t_max_predict_ms=fields.t_max_predict_ms,
         lora=lora,

@@ -55,6 +55,7 @@ def generation_settings(request: GenerationRequest, stream: bool) -> dict[str, A
         "id_slot": request.id_slot,
         "stop": list(request.stop),
         "n_keep": request.n_keep,
+        "n_discard": request.n_discard,
         "n_indent": request.n_indent,
         "t_max_predict_ms": request.t_max_predict_ms,
     }

@@ -67,3 +67,20 @@ def test_the_weights_file_type_is_reported(vertex_server: Any) -> None:
     props = requests.get(vertex_server.url("/props"), timeout=10).json()
     models = requests.get(vertex_server.url("/v1/models"), timeout=10).json()
     assert props["model_ftype"] == models["data"][0]["meta"]["ftype"] == "Q4_1"  # the embedded SmolLM2's
+
+
+@pytest.mark.parametrize("shift", [False, True])
+def test_context_shift_lets_a_generation_run_past_its_slot(server_dir: Path, shift: bool) -> None:
+    server = start(server_dir, ["-np", "1", "-c", "256", *(["--context-shift", "--keep", "8"] if shift else [])])
+    try:
+        body = requests.post(server.url("/completion"), timeout=300, json={
+            "prompt": "Count upwards from one, one number a line:", "n_predict": 400, "ignore_eos": True,
+            "temperature": 0}).json()
+        assert body["truncated"] is True
+        if shift:
+            assert body["tokens_predicted"] == 400 and body["generation_settings"]["n_keep"] == 8
+        else:
+            assert body["tokens_predicted"] < 256
+        assert requests.get(server.url("/health"), timeout=10).status_code == 200
+    finally:
+        assert server.stop() == 0, server.log()

@@ -70,8 +70,8 @@ def test_an_unimplemented_flag_in_the_environment_is_treated_the_same() -> None:
     settings = parse_settings([], {"LLAMA_ARG_NUMA": "distribute"})
     assert settings.notes == ("environment LLAMA_ARG_NUMA: accepted, no effect here: NUMA placement is left to "
                               "the OS here",)
-    with pytest.raises(SettingsError, match="environment LLAMA_ARG_CONTEXT_SHIFT: context shift is not implemented"):
-        parse_settings([], {"LLAMA_ARG_CONTEXT_SHIFT": "1"}, error=lambda message: None)
+    with pytest.raises(SettingsError, match="environment LLAMA_ARG_SSL_KEY_FILE: TLS is not served here"):
+        parse_settings([], {"LLAMA_ARG_SSL_KEY_FILE": "/etc/key.pem"}, error=lambda message: None)
 
 
 def test_the_table_is_what_the_generator_writes() -> None:

@@ -262,6 +262,13 @@ class LlamaBackend:
         lc.llama_memory_seq_rm(self._memory, target, -1, -1)
         lc.llama_memory_seq_cp(self._memory, source, target, -1, -1)
 
+    def shift_sequence(self, seq: int, keep: int, discard: int) -> bool:
+        if not lc.llama_memory_can_shift(self._memory):
+            return False
+        lc.llama_memory_seq_rm(self._memory, seq, keep, keep + discard)
+        lc.llama_memory_seq_add(self._memory, seq, keep + discard, -1, -discard)
+        return True
+
     def forget(self, seq: int, from_pos: int) -> bool:
         if lc.llama_memory_seq_rm(self._memory, seq, from_pos, -1):
             return True
