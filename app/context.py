@@ -11,6 +11,7 @@ from app.chat_template import ChatTemplate, choose_template
 from app.engine import Engine, NotReadyError
 from app.metrics import MetricsExporter
 from app.settings import Settings
+from app.template_caps import template_caps
 
 
 @dataclass
@@ -20,6 +21,7 @@ class ServerContext:
     api_keys: tuple[str, ...] = ()
     started_at: float = field(default_factory=time.time)
     _template: ChatTemplate | None = None  # published once, by publish_loaded_model
+    _caps: dict[str, bool] = field(default_factory=dict)
     metrics: MetricsExporter = field(init=False)
     routes: tuple[Route, ...] = ()  # the whole table as served (Vertex routes included)
 
@@ -55,7 +57,15 @@ class ServerContext:
                                  self.settings.jinja)
         template = ChatTemplate(choice, info.bos_token, info.eos_token, self._render_builtin)
         template.check()
+        self._caps = {**template_caps(template), "jinja": choice.jinja_source is not None}
         self._template = template
+
+    @property
+    def chat_template_caps(self) -> dict[str, bool]:
+        """/props ``chat_template_caps``: what the template renders (app/template_caps.py), and
+        whether it is Jinja (this server's addition; the web UI shows it)."""
+        self.chat_template  # noqa: B018 (not ready until the template is published)
+        return self._caps
 
     @property
     def chat_template(self) -> ChatTemplate:

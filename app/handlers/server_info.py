@@ -50,7 +50,7 @@ def get_props(ctx: ServerContext, request: ApiRequest) -> ApiReply:
         "ui": settings.ui_directory is not None,
         "ui_settings": {},
         "chat_template": template.source,
-        "chat_template_caps": {"jinja": template.choice.jinja_source is not None},
+        "chat_template_caps": ctx.chat_template_caps,
         "bos_token": info.bos_token,
         "eos_token": info.eos_token,
         "build_info": info.build_info,

@@ -84,3 +84,9 @@ def test_context_shift_lets_a_generation_run_past_its_slot(server_dir: Path, shi
         assert requests.get(server.url("/health"), timeout=10).status_code == 200
     finally:
         assert server.stop() == 0, server.log()
+
+
+def test_the_templates_caps_are_reported(vertex_server: Any) -> None:
+    caps = requests.get(vertex_server.url("/props"), timeout=10).json()["chat_template_caps"]
+    assert caps["supports_system_role"] is True and caps["supports_string_content"] is True
+    assert caps["supports_tools"] is False  # SmolLM2's template has no tools section (tools go in a system message)
