@@ -8,6 +8,7 @@ port is bound at once and the model loads on the engine thread in the background
 from __future__ import annotations
 
 import dataclasses
+import importlib.metadata
 import json
 import logging
 import os
@@ -53,9 +54,24 @@ def gunicorn_options(settings: Settings, port: int, json_lines: bool = False) ->
     }
 
 
+def version_text() -> str:
+    """What --version prints: llama-server prints its build; here the packages that make this one."""
+    def installed(name: str) -> str:
+        try:
+            return importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            return "not installed"
+
+    return (f"version: vertex-llama {installed('vertex-llama')}\n"
+            f"built with llama-cpp-python {installed('llama-cpp-python')} (its vendored llama.cpp)")
+
+
 def prepare(argv: Sequence[str], environ: Mapping[str, str]) -> tuple[Settings, str, VertexEnvironment | None, int]:
     """Everything checked before gunicorn starts; exits 2 on a bad flag, 1 on a bad environment."""
     settings = parse_settings(argv, environ)
+    if settings.version:
+        print(version_text())
+        sys.exit(0)
     configure_logging(settings.verbose, json_lines=environ.get("AIP_MODE") == "PREDICTION")
     for note in settings.notes:  # llama-server flags that have no effect here
         log.warning("%s", note)

@@ -300,6 +300,8 @@ class Settings:
     static_path: str | None = option(("--path",), "str", None,
         "serve the static files of this directory at / instead of the built-in web UI",
         env="LLAMA_ARG_STATIC_PATH", metavar="PATH")
+    version: bool = option(("--version",), "bool", False,
+        "print the versions (this server, llama-cpp-python, the llama.cpp it vendors) and exit")
     verbose: bool = option(("-v", "--verbose", "--log-verbose"), "bool", False, "verbose logging (llama.cpp logs too)",
         env="LLAMA_ARG_VERBOSE")
     # Not an option: the start-up warnings for llama-server flags given that have no effect here.

@@ -139,8 +139,6 @@ TREATMENTS: dict[str, Treatment] = {
     "--log-disable": LOGS, "--log-file": LOGS, "--log-colors": LOGS, "--log-prefix": LOGS, "--log-timestamps": LOGS,
     "--log-jsonl": LOGS, "--log-verbosity": LOGS, "--log-prompts-dir": LOGS,
     # programs and modes that are not this server
-    "--usage": _refuse("use python -m app --help"), "--version": _refuse("/props build_info gives the llama.cpp "
-                                                                         "build; python -m app --help the flags"),
     "--completion-bash": _refuse("no bash completion here"), "--list-devices": _refuse("not a server run: the "
                                                                                      "start-up log names the device"),
     "--cache-list": _refuse("there is no Hugging Face cache here"),

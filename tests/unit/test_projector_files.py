@@ -51,3 +51,14 @@ def test_prepare_passes_the_found_projector_on(tmp_path: Path) -> None:
     assert settings.mmproj == str(projector) and model == str(tmp_path / "model.gguf")
     settings, _, _, _ = prepare(["--model", str(tmp_path), "--no-mmproj"], {})
     assert settings.mmproj is None
+
+
+def test_version_prints_the_versions_and_exits(capsys: pytest.CaptureFixture[str]) -> None:
+    import importlib.metadata
+
+    with pytest.raises(SystemExit) as stop:
+        prepare(["--version"], {})
+    assert stop.value.code == 0
+    printed = capsys.readouterr().out
+    assert f"llama-cpp-python {importlib.metadata.version('llama-cpp-python')}" in printed
+    assert "vertex-llama" in printed
