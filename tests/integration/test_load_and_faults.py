@@ -164,8 +164,8 @@ def test_a_slow_stream_reader_does_not_stall_the_engine(load_server: Server) -> 
         next(line for line in lines if line.startswith("data: "))
         # the slow client reads nothing for now; the others are served meanwhile
         for n in range(4):
-            reply = requests.post(load_server.url("/completion"), json={"prompt": f"Quick {n}", "n_predict": 8},
-                                  timeout=120)
+            reply = requests.post(load_server.url("/completion"), timeout=120,  # 8 tokens whatever is sampled
+                                  json={"prompt": f"Quick {n}", "n_predict": 8, "ignore_eos": True})
             assert reply.status_code == 200 and reply.json()["tokens_predicted"] == 8
         events = [json.loads(line[6:]) for line in lines if line.startswith("data: ")]
     assert events[-1]["stop"] is True and events[-1]["tokens_predicted"] == 200
