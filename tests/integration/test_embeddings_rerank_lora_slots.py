@@ -374,7 +374,7 @@ def test_idle_sleep_frees_the_model_and_wakes_on_demand(server_dir: Path) -> Non
             assert requests.get(running.url(path), timeout=10).status_code == 200, path
         assert requests.get(running.url("/props"), timeout=10).json()["is_sleeping"] is True
         assert "freeing the model" in running.log()
-        reply = post(running, "/completion", {"prompt": "Hello", "n_predict": 4})
+        reply = post(running, "/completion", {"prompt": "Hello", "n_predict": 4, "ignore_eos": True})
         assert reply.status_code == 200 and reply.json()["tokens_predicted"] == 4
         assert "loading the model again" in running.log()
     finally:
