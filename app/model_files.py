@@ -47,11 +47,16 @@ def resolve_model_path(model: str | None) -> Path:
     path = Path(model) if model else embedded_model_path()
     if path.is_dir():
         path = _single_gguf(path)
+    return _existing_gguf(path, "model file not found", "not a GGUF file")
+
+
+def _existing_gguf(path: Path, missing: str, not_gguf: str) -> Path:
+    """``path``, checked to be a file that starts with GGUF's magic; else a ``ModelFileError``."""
     if not path.is_file():
-        raise ModelFileError(f"model file not found: {path}")
+        raise ModelFileError(f"{missing}: {path}")
     with path.open("rb") as handle:
         if handle.read(4) != b"GGUF":
-            raise ModelFileError(f"not a GGUF file: {path}")
+            raise ModelFileError(f"{not_gguf}: {path}")
     return path
 
 
@@ -71,9 +76,4 @@ def local_projector(model: str | None, mmproj: str | None, auto: bool) -> Path |
         path = found[0]
     else:
         return None
-    if not path.is_file():
-        raise ModelFileError(f"--mmproj: projector file not found: {path}")
-    with path.open("rb") as handle:
-        if handle.read(4) != b"GGUF":
-            raise ModelFileError(f"--mmproj: not a GGUF file: {path}")
-    return path
+    return _existing_gguf(path, "--mmproj: projector file not found", "--mmproj: not a GGUF file")

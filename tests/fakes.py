@@ -9,11 +9,12 @@ sequence, the i-th generated token is the i-th byte of the reply, then EOS.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.engine import BatchToken, DecodeError, InvalidJobError, ModelInfo, SamplingParams
+from app.engine import BatchToken, DecodeError, Engine, EngineOptions, InvalidJobError, ModelInfo, SamplingParams
 from app.engine.backend import BatchEntry, SequenceState
 from app.engine.types import Sampled, TokenProbs
 
@@ -210,3 +211,15 @@ class FakeBackend:
 
     def max_sequences_in_one_decode(self) -> int:
         return max(len({entry.seq for entry in batch}) for batch in self.batches)
+
+
+@contextmanager
+def running_engine(backend: FakeBackend, options: EngineOptions | None = None) -> Iterator[Engine]:
+    """An engine on ``backend``, loaded, and stopped afterwards."""
+    engine = Engine(lambda: backend, options or EngineOptions())
+    engine.start()
+    assert engine.wait_ready(5)
+    try:
+        yield engine
+    finally:
+        engine.stop()

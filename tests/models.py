@@ -12,11 +12,33 @@ WORDS = ["the", "a", "cat", "dog", "sat", "on", "mat", "sun", "is", "hot", "cold
          "capital", "of", "what", "where", "red", "blue", "sky", "sea", "big", "small", "fish", "bird"]
 
 
+class RandomWeights:
+    """Random tensors (and layer norms of ones and zeros) written into a GGUF file, drawn in the
+    order they are added, so a seed always makes the same file."""
+
+    def __init__(self, writer: gguf.GGUFWriter, seed: int, n_embd: int) -> None:
+        self.writer = writer
+        self.rng = np.random.default_rng(seed)
+        self.n_embd = n_embd
+
+    def tensor(self, name: str, *shape: int, scale: float = 0.2) -> None:
+        self.writer.add_tensor(name, (self.rng.standard_normal(shape) * scale).astype(np.float32))
+
+    def norm(self, name: str) -> None:
+        self.writer.add_tensor(f"{name}.weight", np.ones(self.n_embd, dtype=np.float32))
+        self.writer.add_tensor(f"{name}.bias", np.zeros(self.n_embd, dtype=np.float32))
+
+    def finish(self) -> None:
+        self.writer.write_header_to_file()
+        self.writer.write_kv_data_to_file()
+        self.writer.write_tensors_to_file()
+        self.writer.close()
+
+
 def make_reranker(path: Path, seed: int = 0, n_embd: int = 32, n_layer: int = 2) -> Path:
     """A tiny BERT cross-encoder: WordPiece vocabulary, two layers, a classification head, and
     rank pooling declared in its metadata. Random weights: its scores mean nothing, but they are
     computed by llama.cpp's real reranking path."""
-    rng = np.random.default_rng(seed)
     tokens = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *("\u2581" + w for w in WORDS),
               *"abcdefghijklmnopqrstuvwxyz"]
     n_vocab, n_ff, n_ctx = len(tokens), 2 * n_embd, 128
@@ -41,13 +63,8 @@ def make_reranker(path: Path, seed: int = 0, n_embd: int = 32, n_layer: int = 2)
     writer.add_unk_token_id(1)
     writer.add_mask_token_id(4)
 
-    def tensor(name: str, *shape: int, scale: float = 0.2) -> None:
-        writer.add_tensor(name, (rng.standard_normal(shape) * scale).astype(np.float32))
-
-    def norm(name: str) -> None:
-        writer.add_tensor(f"{name}.weight", np.ones(n_embd, dtype=np.float32))
-        writer.add_tensor(f"{name}.bias", np.zeros(n_embd, dtype=np.float32))
-
+    weights = RandomWeights(writer, seed, n_embd)
+    tensor, norm = weights.tensor, weights.norm
     tensor("token_embd.weight", n_vocab, n_embd)
     tensor("token_types.weight", 2, n_embd)
     tensor("position_embd.weight", n_ctx, n_embd)
@@ -66,10 +83,7 @@ def make_reranker(path: Path, seed: int = 0, n_embd: int = 32, n_layer: int = 2)
     tensor("cls.bias", n_embd)
     tensor("cls.output.weight", 1, n_embd, scale=1.0)
     tensor("cls.output.bias", 1)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
+    weights.finish()
     return path
 
 

@@ -12,16 +12,35 @@ from __future__ import annotations
 from pathlib import Path
 
 import gguf
-import numpy as np
+
+from tests.models import RandomWeights
 
 SMOLLM2_EMBD = 576  # the embedded model's embedding width: the projector's output must match it
+
+
+def encoder_layers(weights: RandomWeights, prefix: str, n_layer: int, n_ff: int, biased: tuple[str, ...],
+                   unbiased: tuple[str, ...] = ()) -> None:
+    """libmtmd's transformer layers (``{prefix}.blk.N.*``): attention projections with and without
+    a bias, two layer norms, the feed-forward pair."""
+    n_embd = weights.n_embd
+    for layer in range(n_layer):
+        for part in biased:
+            weights.tensor(f"{prefix}.blk.{layer}.{part}.weight", n_embd, n_embd)
+            weights.tensor(f"{prefix}.blk.{layer}.{part}.bias", n_embd)
+        for part in unbiased:
+            weights.tensor(f"{prefix}.blk.{layer}.{part}.weight", n_embd, n_embd)
+        weights.norm(f"{prefix}.blk.{layer}.ln1")
+        weights.norm(f"{prefix}.blk.{layer}.ln2")
+        weights.tensor(f"{prefix}.blk.{layer}.ffn_up.weight", n_ff, n_embd)
+        weights.tensor(f"{prefix}.blk.{layer}.ffn_up.bias", n_ff)
+        weights.tensor(f"{prefix}.blk.{layer}.ffn_down.weight", n_embd, n_ff)
+        weights.tensor(f"{prefix}.blk.{layer}.ffn_down.bias", n_embd)
 
 
 def make_vision_projector(path: Path, seed: int = 0, image_size: int = 32, patch_size: int = 8,
                           n_embd: int = 32, n_layer: int = 2, text_embd: int = SMOLLM2_EMBD) -> Path:
     """Every image becomes ``(image_size / patch_size) ** 2`` tokens (16 by default), one chunk;
     the encoder runs ``n_layer - 1`` layers (LLaVA takes the second to last layer's output)."""
-    rng = np.random.default_rng(seed)
     n_ff = 2 * n_embd
     n_patches = (image_size // patch_size) ** 2
     writer = gguf.GGUFWriter(str(path), arch="clip")
@@ -41,34 +60,17 @@ def make_vision_projector(path: Path, seed: int = 0, image_size: int = 32, patch
     writer.add_array("clip.vision.image_mean", [0.5, 0.5, 0.5])
     writer.add_array("clip.vision.image_std", [0.5, 0.5, 0.5])
 
-    def tensor(name: str, *shape: int, scale: float = 0.2) -> None:
-        writer.add_tensor(name, (rng.standard_normal(shape) * scale).astype(np.float32))
-
-    def norm(name: str) -> None:
-        writer.add_tensor(f"{name}.weight", np.ones(n_embd, dtype=np.float32))
-        writer.add_tensor(f"{name}.bias", np.zeros(n_embd, dtype=np.float32))
-
+    weights = RandomWeights(writer, seed, n_embd)
+    tensor, norm = weights.tensor, weights.norm
     tensor("v.patch_embd.weight", n_embd, 3, patch_size, patch_size)
     tensor("v.position_embd.weight", n_patches, n_embd)
     norm("v.pre_ln")
-    for layer in range(n_layer):
-        for part in ("attn_q", "attn_k", "attn_v", "attn_out"):
-            tensor(f"v.blk.{layer}.{part}.weight", n_embd, n_embd)
-            tensor(f"v.blk.{layer}.{part}.bias", n_embd)
-        norm(f"v.blk.{layer}.ln1")
-        norm(f"v.blk.{layer}.ln2")
-        tensor(f"v.blk.{layer}.ffn_up.weight", n_ff, n_embd)
-        tensor(f"v.blk.{layer}.ffn_up.bias", n_ff)
-        tensor(f"v.blk.{layer}.ffn_down.weight", n_embd, n_ff)
-        tensor(f"v.blk.{layer}.ffn_down.bias", n_embd)
+    encoder_layers(weights, "v", n_layer, n_ff, biased=("attn_q", "attn_k", "attn_v", "attn_out"))
     tensor("mm.0.weight", text_embd, n_embd, scale=0.5)
     tensor("mm.0.bias", text_embd, scale=0.1)
     tensor("mm.2.weight", text_embd, text_embd, scale=0.1)
     tensor("mm.2.bias", text_embd, scale=0.1)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
+    weights.finish()
     return path
 
 
@@ -77,7 +79,6 @@ def make_audio_projector(path: Path, seed: int = 0, n_embd: int = 32, n_layer: i
     """A Qwen2-Audio-style projector (``qwen2a``): a Whisper encoder (two 1-D convolutions, then
     transformer layers) and one linear layer. libmtmd turns audio into 128-bin mel frames in 30 s
     windows; each window's 3000 frames become 1500 tokens."""
-    rng = np.random.default_rng(seed)
     n_ff = 2 * n_embd
     writer = gguf.GGUFWriter(str(path), arch="clip")
     writer.add_name("test-audio-projector")
@@ -92,34 +93,16 @@ def make_audio_projector(path: Path, seed: int = 0, n_embd: int = 32, n_layer: i
     writer.add_uint32("clip.audio.attention.head_count", 2)
     writer.add_float32("clip.audio.attention.layer_norm_epsilon", 1e-5)
 
-    def tensor(name: str, *shape: int, scale: float = 0.2) -> None:
-        writer.add_tensor(name, (rng.standard_normal(shape) * scale).astype(np.float32))
-
-    def norm(name: str) -> None:
-        writer.add_tensor(f"{name}.weight", np.ones(n_embd, dtype=np.float32))
-        writer.add_tensor(f"{name}.bias", np.zeros(n_embd, dtype=np.float32))
-
+    weights = RandomWeights(writer, seed, n_embd)
+    tensor, norm = weights.tensor, weights.norm
     tensor("a.conv1d.1.weight", n_embd, n_mel, 3, scale=0.05)
     tensor("a.conv1d.1.bias", n_embd, 1)
     tensor("a.conv1d.2.weight", n_embd, n_embd, 3, scale=0.05)
     tensor("a.conv1d.2.bias", n_embd, 1)
     tensor("a.position_embd.weight", 1500, n_embd)
-    for layer in range(n_layer):
-        for part in ("attn_q", "attn_v", "attn_out"):
-            tensor(f"a.blk.{layer}.{part}.weight", n_embd, n_embd)
-            tensor(f"a.blk.{layer}.{part}.bias", n_embd)
-        tensor(f"a.blk.{layer}.attn_k.weight", n_embd, n_embd)
-        norm(f"a.blk.{layer}.ln1")
-        norm(f"a.blk.{layer}.ln2")
-        tensor(f"a.blk.{layer}.ffn_up.weight", n_ff, n_embd)
-        tensor(f"a.blk.{layer}.ffn_up.bias", n_ff)
-        tensor(f"a.blk.{layer}.ffn_down.weight", n_embd, n_ff)
-        tensor(f"a.blk.{layer}.ffn_down.bias", n_embd)
+    encoder_layers(weights, "a", n_layer, n_ff, biased=("attn_q", "attn_v", "attn_out"), unbiased=("attn_k",))
     norm("a.post_ln")
     tensor("mm.a.fc.weight", text_embd, n_embd, scale=0.05)
     tensor("mm.a.fc.bias", text_embd, scale=0.05)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
+    weights.finish()
     return path

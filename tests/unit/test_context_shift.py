@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import pytest
 
 from app.engine import Completion, Engine, EngineOptions, GenerationRequest, SamplingParams
-from tests.fakes import FakeBackend, encode
+from tests.fakes import FakeBackend, encode, running_engine
 
 PROMPT = "keep these words, then question>"
 
@@ -25,11 +25,8 @@ def finish(engine: Engine, **fields: object) -> Completion:
 
 
 def running(backend: FakeBackend, shift: bool) -> Iterator[Engine]:
-    engine = Engine(lambda: backend, EngineOptions(context_shift=shift))
-    engine.start()
-    assert engine.wait_ready(5)
-    yield engine
-    engine.stop()
+    with running_engine(backend, EngineOptions(context_shift=shift)) as engine:
+        yield engine
 
 
 @pytest.fixture

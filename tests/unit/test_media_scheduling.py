@@ -9,12 +9,12 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from app.engine import Completion, Engine, EngineOptions, GenerationRequest
+from app.engine import Completion, Engine, GenerationRequest
 from app.engine.backend import BatchEntry, BatchMedia, BatchToken
 from app.engine.errors import MediaError
 from app.engine.slots import Job, Slot
 from app.engine.types import MediaChunk
-from tests.fakes import FakeBackend, encode
+from tests.fakes import FakeBackend, encode, running_engine
 
 MARKER = "<m>"
 
@@ -87,11 +87,8 @@ def backend() -> MediaBackend:
 
 @pytest.fixture
 def engine(backend: MediaBackend) -> Iterator[Engine]:
-    running = Engine(lambda: backend, EngineOptions())
-    running.start()
-    assert running.wait_ready(5)
-    yield running
-    running.stop()
+    with running_engine(backend) as running:
+        yield running
 
 
 def finish(job: Job) -> Completion:
@@ -142,16 +139,10 @@ def test_a_repeated_image_is_reused_and_a_different_one_is_not(backend: MediaBac
 
 
 def test_a_request_with_media_to_a_text_only_model_is_refused() -> None:
-    backend = FakeBackend()
-    running = Engine(lambda: backend, EngineOptions())
-    running.start()
-    try:
-        assert running.wait_ready(5)
+    with running_engine(FakeBackend()) as running:
         chunk = MediaChunk(start=0, n_tokens=2, n_pos=2, key="k", placeholder=-5, audio=False, handle=None)
         with pytest.raises(MediaError, match="--mmproj"):
             running.submit(GenerationRequest(prompt=(-5, -5, 20), media=(chunk,)))
-    finally:
-        running.stop()
 
 
 def test_placeholders_outside_a_media_chunk_are_invalid_tokens(backend: MediaBackend, engine: Engine) -> None:

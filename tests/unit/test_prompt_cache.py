@@ -15,7 +15,7 @@ from app.engine.prompt_cache import PromptCache
 from app.engine.slots import Job
 from app.host_memory import available_memory_bytes
 from app.settings import parse_settings
-from tests.fakes import FakeBackend, encode
+from tests.fakes import FakeBackend, encode, running_engine
 
 LONG_A = "A system prompt that many requests share, " * 4 + "first question>"
 LONG_B = "Something else entirely, with no prefix in common, " * 3 + "second>"
@@ -31,11 +31,8 @@ def run(engine: Engine, prompt: str) -> Completion:
 
 
 def engine_with(backend: FakeBackend, cache_bytes: int | None) -> Iterator[Engine]:
-    running = Engine(lambda: backend, EngineOptions(prompt_cache_bytes=cache_bytes))
-    running.start()
-    assert running.wait_ready(5)
-    yield running
-    running.stop()
+    with running_engine(backend, EngineOptions(prompt_cache_bytes=cache_bytes)) as engine:
+        yield engine
 
 
 @pytest.fixture
