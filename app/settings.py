@@ -13,16 +13,23 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Literal
 
 from app.engine.types import (
     KV_CACHE_TYPES,
+    KV_OVERRIDE_TYPES,
+    LAZY_MODES,
+    LOAD_MODES,
+    NUMA_STRATEGIES,
     RANDOM_SEED,
     SAMPLER_LETTERS,
     SAMPLER_NAMES,
+    SPLIT_MODES,
     UNQUANTIZED_KV,
+    KvOverride,
     SamplingParams,
     sampler_names,
 )
@@ -120,6 +127,50 @@ class Settings:
         "YaRN: high correction dim or alpha (-1: the model's)", env="LLAMA_ARG_YARN_BETA_SLOW")
     yarn_beta_fast: float = option(("--yarn-beta-fast",), "float", -1.0,
         "YaRN: low correction dim or beta (-1: the model's)", env="LLAMA_ARG_YARN_BETA_FAST")
+    kv_offload: bool = option(("-kvo", "--kv-offload"), "bool", True,
+        "keep the KV cache on the GPU with the offloaded layers (--no-kv-offload: in host memory)",
+        env="LLAMA_ARG_KV_OFFLOAD", negative_flags=("-nkvo", "--no-kv-offload"))
+    swa_full: bool = option(("--swa-full",), "bool", False,
+        "a full-size cache for sliding-window attention layers (more memory; llama.cpp's default is the window)",
+        env="LLAMA_ARG_SWA_FULL")
+    load_mode: str | None = option(("-lm", "--load-mode"), "choice", None,
+        "how the model file is loaded: auto (mmap unless a device cannot), none (read into memory), mmap, mlock, "
+        "mmap+mlock, dio (direct I/O) (default: auto)", env="LLAMA_ARG_LOAD_MODE", choices=tuple(LOAD_MODES),
+        metavar="MODE")
+    mlock: bool = option(("--mlock",), "bool", False,
+        "older llama.cpp's flag: keep the model in RAM (taken as --load-mode mlock or mmap+mlock, with a warning)",
+        env="LLAMA_ARG_MLOCK")
+    mmap: bool = option(("--mmap",), "bool", True,
+        "older llama.cpp's flag: --no-mmap reads the model into memory (taken as --load-mode none or mlock, "
+        "with a warning)", env="LLAMA_ARG_MMAP", negative_flags=("--no-mmap",))
+    lazy_mode: str = option(("-lzm", "--lazy-mode"), "choice", "auto",
+        "on-demand reading of the tensors an architecture marks (per-layer embeddings): on, auto (above 4 GiB), "
+        "off", env="LLAMA_ARG_LAZY_MODE", choices=tuple(LAZY_MODES), metavar="MODE")
+    numa: str | None = option(("--numa",), "choice", None,
+        "NUMA optimizations: distribute (threads over all nodes), isolate (the starting node's CPUs), numactl "
+        "(numactl's CPU map) (default: none)", env="LLAMA_ARG_NUMA", choices=tuple(NUMA_STRATEGIES), metavar="TYPE")
+    check_tensors: bool = option(("--check-tensors",), "bool", False,
+        "check the model's tensor data for invalid values (NaN, infinity) at load; a bad model fails to load")
+    override_kv: tuple[str, ...] = option(("--override-kv",), "keys", (),
+        "override model metadata: KEY=TYPE:VALUE with TYPE int, float, bool or str; comma-separated, repeatable",
+        metavar="KEY=TYPE:VALUE,...")
+    split_mode: str = option(("-sm", "--split-mode"), "choice", "layer",
+        "how a model is split over several GPUs: none (one GPU), layer, row, tensor", env="LLAMA_ARG_SPLIT_MODE",
+        choices=tuple(SPLIT_MODES))
+    tensor_split: str | None = option(("-ts", "--tensor-split"), "str", None,
+        "the fraction of the model for each GPU, e.g. 3,1", env="LLAMA_ARG_TENSOR_SPLIT", metavar="N0,N1,...")
+    main_gpu: int = option(("-mg", "--main-gpu"), "int", 0,
+        "the GPU for the whole model (split mode none) or for intermediate results and KV (row)",
+        env="LLAMA_ARG_MAIN_GPU", minimum=0, metavar="INDEX")
+    repack: bool = option(("--repack",), "bool", True,
+        "repack weights into the CPU's faster layouts at load (--no-repack: keep the file's)",
+        env="LLAMA_ARG_REPACK", negative_flags=("-nr", "--no-repack"))
+    op_offload: bool = option(("--op-offload",), "bool", True,
+        "run host tensors' operations on the GPU when that is faster", negative_flags=("--no-op-offload",))
+    no_host: bool = option(("--no-host",), "bool", False,
+        "bypass the host buffer, so that extra buffer types can be used", env="LLAMA_ARG_NO_HOST")
+    warmup: bool = option(("--warmup",), "bool", True,
+        "one throw-away decode at load, so the first request does not pay for it", negative_flags=("--no-warmup",))
     context_shift: bool = option(("--context-shift",), "bool", False,
         "when a generation fills its slot's context, drop the oldest tokens after --keep and go on (off: it ends, "
         "truncated)", env="LLAMA_ARG_CONTEXT_SHIFT", negative_flags=("--no-context-shift",))
@@ -395,6 +446,31 @@ class Settings:
         return int(self.n_gpu_layers)
 
     @property
+    def model_load_mode(self) -> str:
+        """``--load-mode``, else the older ``--mlock`` / ``--no-mmap`` as llama.cpp maps them, else auto."""
+        if self.load_mode is not None:
+            return self.load_mode
+        if self.mlock:
+            return "mmap+mlock" if self.mmap else "mlock"
+        return "auto" if self.mmap else "none"
+
+    @property
+    def kv_overrides(self) -> tuple[KvOverride, ...]:
+        """``--override-kv`` as typed overrides (llama-server's KEY=TYPE:VALUE); a SettingsError names a bad one."""
+        return tuple(_kv_override(item) for item in self.override_kv)
+
+    @property
+    def tensor_split_fractions(self) -> tuple[float, ...]:
+        """``--tensor-split`` as numbers (llama-server splits at ',' and '/'); () when not given."""
+        if not self.tensor_split:
+            return ()
+        try:
+            return tuple(float(part) for part in re.split(r"[,/]+", self.tensor_split) if part)
+        except ValueError:
+            raise SettingsError(f"--tensor-split/-ts: {self.tensor_split!r} is not a list of numbers, e.g. 3,1"
+                                ) from None
+
+    @property
     def lora_adapters(self) -> tuple[tuple[str, float], ...]:
         """Every adapter with its starting scale: ``--lora`` ones at 1, then ``--lora-scaled``."""
         return tuple((path, 1.0) for path in self.lora) + self.lora_scaled
@@ -476,6 +552,36 @@ def _scaled(given: list[str], where: str) -> list[tuple[str, float]]:
     return pairs
 
 
+def _kv_override(item: str) -> KvOverride:
+    """One ``--override-kv`` item, parsed as llama.cpp's ``string_parse_kv_override`` does."""
+    key, sep, typed = item.partition("=")
+    kind, colon, raw = typed.partition(":")
+    problem = None
+    if not sep or not colon or not key:
+        problem = "is not KEY=TYPE:VALUE"
+    elif len(key.encode()) >= 128:
+        problem = "has a key of 128 bytes or more"
+    elif kind not in KV_OVERRIDE_TYPES:
+        problem = f"has type {kind!r} (expected {', '.join(KV_OVERRIDE_TYPES)})"
+    else:
+        try:
+            if kind == "int":
+                return KvOverride(key, int(raw))
+            if kind == "float":
+                return KvOverride(key, float(raw))
+            if kind == "bool":
+                if raw not in ("true", "false"):
+                    raise ValueError(raw)
+                return KvOverride(key, raw == "true")
+            if len(raw.encode()) >= 128:
+                raise ValueError(raw)
+            return KvOverride(key, raw)
+        except ValueError:
+            problem = f"has a value that is not a {kind}" + (" (true or false)" if kind == "bool" else
+                                                             " under 128 bytes" if kind == "str" else "")
+    raise SettingsError(f"--override-kv: {item!r} {problem}")
+
+
 def _flag_name(option: Option) -> str:
     return "/".join(option.flags)
 
@@ -509,6 +615,7 @@ def _validate(settings: Settings) -> None:
     if (settings.samplers is not None or settings.sampler_seq is not None) and settings.sampler_order is None:
         raise SettingsError(f"--samplers/--sampler-seq: unknown sampler (known: {', '.join(sorted(SAMPLER_NAMES))}; "
                             f"letters {''.join(SAMPLER_LETTERS)})")
+    _ = settings.kv_overrides, settings.tensor_split_fractions  # each raises a SettingsError naming a bad item
     if settings.chat_template and settings.chat_template_file:
         raise SettingsError("--chat-template and --chat-template-file cannot be used together")
 
@@ -574,6 +681,16 @@ def _upstream_notes(namespace: dict[str, Any], environ: Mapping[str, str]) -> tu
     return tuple(notes)
 
 
+def _load_flag_notes(settings: Settings) -> tuple[str, ...]:
+    """The pinned llama.cpp replaced --mlock and --no-mmap by --load-mode: say how they were taken."""
+    if not settings.mlock and settings.mmap:
+        return ()
+    given = " and ".join(name for name, on in (("--mlock", settings.mlock), ("--no-mmap", not settings.mmap)) if on)
+    if settings.load_mode is not None:
+        return (f"{given}: replaced by --load-mode in llama.cpp; ignored, --load-mode {settings.load_mode} wins",)
+    return (f"{given}: replaced by --load-mode in llama.cpp; taken as --load-mode {settings.model_load_mode}",)
+
+
 def parse_settings(
     argv: Sequence[str],
     environ: Mapping[str, str],
@@ -609,6 +726,7 @@ def parse_settings(
         values["notes"] = _upstream_notes(namespace, environ)
         settings = Settings(**values)
         _validate(settings)
+        settings = replace(settings, notes=settings.notes + _load_flag_notes(settings))
     except SettingsError as exc:
         report(str(exc))
         raise

@@ -57,7 +57,8 @@ def _refuse(reason: str) -> Treatment:
 
 
 CPU_PLACEMENT = _warn("ggml's CPU threads are placed by the OS here (container CPU quotas); no pinning or priority")
-ONE_DEVICE = _warn("this container places the model on one device; it does not split or override placement")
+ONE_DEVICE = _warn("device lists and per-tensor placement are not passed to llama.cpp here (its bindings leave "
+                   "those fields unset); -ngl, -sm, -ts and -mg place the model")
 RESULTS = "not implemented here, and ignoring it would change the model's output"
 NO_HUB = _refuse("no model downloads from URLs or Hugging Face here: give a path or a gs:// URI with --model")
 LOGS = _warn("logs are JSON lines on stderr here (Cloud Logging reads them); -v turns on llama.cpp's own")
@@ -67,7 +68,6 @@ PER_REQUEST = "give it per request instead"
 
 TREATMENTS: dict[str, Treatment] = {
     # context, KV cache and RoPE: the numbers the model computes
-    "--override-kv": _refuse(f"model metadata overrides: {RESULTS}"),
     "--control-vector": _refuse(f"control vectors: {RESULTS}"),
     "--control-vector-scaled": _refuse(f"control vectors: {RESULTS}"),
     "--control-vector-layer-range": _refuse(f"control vectors: {RESULTS}"),
@@ -93,28 +93,20 @@ TREATMENTS: dict[str, Treatment] = {
     "--adaptive-decay": _refuse(f"the adaptive sampler: {RESULTS}"),
     "--backend-sampling": _warn("sampling runs on the CPU here, with the same result"),
     # memory, placement and loading: speed and memory only
-    "--kv-offload": ONE_DEVICE, "--kv-unified": _warn("each slot has its own KV cells here (batched output equals "
+    "--kv-unified": _warn("each slot has its own KV cells here (batched output equals "
                                                       "solo output); the cells are not unified"),
     "--kv-unified-per-slot": _warn("each slot has its own KV cells here"),
-    "--swa-full": _warn("the sliding-window cache size is llama.cpp's default here (no effect on output)"),
     "--swa-checkpoints": _warn("context checkpoints are not kept here (they only save recomputation)"),
     "--checkpoint-min-step": _warn("context checkpoints are not kept here"),
     "--cache-reuse": _warn("KV shifting for chunk reuse is not implemented here; prefixes are reused (and restored "
                            "by --cache-ram)"),
     "--cache-idle-slots": _warn("slots keep their cells while idle here (no unified cache to clear)"),
     "--defrag-thold": _warn("deprecated in llama.cpp; it has no effect there either"),
-    "--device": ONE_DEVICE, "--split-mode": ONE_DEVICE, "--tensor-split": ONE_DEVICE, "--main-gpu": ONE_DEVICE,
-    "--override-tensor": ONE_DEVICE, "--cpu-moe": ONE_DEVICE, "--n-cpu-moe": ONE_DEVICE,
-    "--n-cpu-ffn": ONE_DEVICE, "--op-offload": ONE_DEVICE, "--no-host": ONE_DEVICE, "--rpc": ONE_DEVICE,
-    "--mmproj-device": ONE_DEVICE, "--repack": _warn("weights are repacked as llama.cpp decides here"),
+    "--device": ONE_DEVICE, "--override-tensor": ONE_DEVICE, "--cpu-moe": ONE_DEVICE, "--n-cpu-moe": ONE_DEVICE,
+    "--n-cpu-ffn": ONE_DEVICE, "--rpc": ONE_DEVICE, "--mmproj-device": ONE_DEVICE,
     "--fit": _warn("fitting to memory is not implemented here: set --ctx-size and --n-gpu-layers"),
     "--fit-ctx": _warn("fitting to memory is not implemented here"),
     "--fit-target": _warn("fitting to memory is not implemented here"),
-    "--load-mode": _warn("models are memory-mapped here (llama.cpp's default)"),
-    "--lazy-mode": _warn("models are loaded whole at start-up here"),
-    "--numa": _warn("NUMA placement is left to the OS here"), "--check-tensors": _warn("tensors are not "
-                                                                                       "validated at load here"),
-    "--warmup": _warn("one warm-up decode always runs at load here (llama-server's default)"),
     "--mtmd-batch-max-tokens": _warn("the projector's batch is libmtmd's default here"),
     "--perf": _warn("per-request timings are always returned here"),
     "--cpu-mask": CPU_PLACEMENT, "--cpu-range": CPU_PLACEMENT, "--cpu-strict": CPU_PLACEMENT,

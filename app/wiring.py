@@ -15,7 +15,7 @@ from flask import Flask
 
 from app.context import ServerContext
 from app.engine import Backend, Engine, EngineOptions
-from app.engine.llama import LlamaBackend, LlamaConfig, RopeConfig
+from app.engine.llama import LlamaBackend, LlamaConfig, LoadConfig, RopeConfig
 from app.host_memory import available_memory_bytes
 from app.http import StaticSite, create_app
 from app.routes import bind_routes
@@ -76,6 +76,15 @@ def backend_config(settings: Settings, model_path: str, mmproj_path: str | None 
                         freq_scale=settings.rope_frequency_scale, yarn_orig_ctx=settings.yarn_orig_ctx,
                         yarn_ext_factor=settings.yarn_ext_factor, yarn_attn_factor=settings.yarn_attn_factor,
                         yarn_beta_fast=settings.yarn_beta_fast, yarn_beta_slow=settings.yarn_beta_slow),
+        loading=LoadConfig(load_mode=settings.model_load_mode, lazy_mode=settings.lazy_mode,
+                           check_tensors=settings.check_tensors, kv_overrides=settings.kv_overrides,
+                           split_mode=settings.split_mode, tensor_split=settings.tensor_split_fractions,
+                           main_gpu=settings.main_gpu, repack=settings.repack, no_host=settings.no_host,
+                           numa=settings.numa),
+        kv_offload=settings.kv_offload,
+        op_offload=settings.op_offload,
+        swa_full=settings.swa_full,
+        warmup=settings.warmup,
     )
 
 

@@ -12,11 +12,24 @@ DEFAULT_SAMPLERS = ("penalties", "dry", "top_n_sigma", "top_k", "typ_p", "top_p"
 DEFAULT_DRY_BREAKERS = ("\n", ":", "\"", "*")
 KV_CACHE_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")  # llama-server's
 UNQUANTIZED_KV = frozenset({"f32", "f16", "bf16"})
+LOAD_MODES = ("auto", "none", "mmap", "mlock", "mmap+mlock", "dio")  # llama-server's --load-mode values
+LAZY_MODES = ("off", "auto", "on")  # --lazy-mode
+NUMA_STRATEGIES = ("distribute", "isolate", "numactl")  # --numa
+SPLIT_MODES = ("none", "layer", "row", "tensor")  # --split-mode
+KV_OVERRIDE_TYPES = ("int", "float", "bool", "str")  # --override-kv KEY=TYPE:VALUE
 SAMPLER_LETTERS = {"e": "penalties", "d": "dry", "s": "top_n_sigma", "k": "top_k", "y": "typ_p",
                    "p": "top_p", "m": "min_p", "x": "xtc", "t": "temperature"}
 SAMPLER_NAMES = {name: name for name in SAMPLER_LETTERS.values()} | {
     "typical_p": "typ_p", "typical": "typ_p", "temp": "temperature", "nucleus": "top_p",
 }
+
+
+@dataclass(frozen=True)
+class KvOverride:
+    """One model metadata override (``--override-kv``); the value's Python type is its GGUF type."""
+
+    key: str
+    value: int | float | bool | str
 
 
 def sampler_names(raw: list[str] | str) -> tuple[str, ...] | None:

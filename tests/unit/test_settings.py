@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from app.settings import OPTIONS, Settings, build_parser, parse_settings, settings_fields
+from app.settings import OPTIONS, Settings, SettingsError, build_parser, parse_settings, settings_fields
 
 
 def parse(*argv: str, **env: str) -> Settings:
@@ -157,3 +157,57 @@ def test_the_settings_log_line_hides_the_keys() -> None:
     shown = public_settings(parse("--api-key", "very-secret", "--api-key", "other"))
     assert shown["api_keys"] == "2 key(s)"
     assert "very-secret" not in repr(shown)
+
+
+def test_override_kv_items_are_typed_as_llama_server_parses_them() -> None:
+    settings = parse("--override-kv", "a.int=int:-3,b.f=float:0.5", "--override-kv", "c=bool:true,d=str:hello")
+    assert [(o.key, o.value, type(o.value)) for o in settings.kv_overrides] == [
+        ("a.int", -3, int), ("b.f", 0.5, float), ("c", True, bool), ("d", "hello", str)]
+    for bad, says in (("x", "KEY=TYPE:VALUE"), ("k=list:1", "expected int, float, bool, str"),
+                      ("k=int:one", "not a int"), ("k=bool:yes", "true or false"), ("k=str:" + "x" * 128, "128"),
+                      ("k" * 128 + "=int:1", "128 bytes")):
+        with pytest.raises(SettingsError, match="--override-kv") as refused:
+            parse_settings(["--override-kv", bad], {}, error=lambda message: None)
+        assert says in str(refused.value)
+
+
+def test_the_load_mode_and_its_older_flags() -> None:
+    assert parse().model_load_mode == "auto" and not parse().notes
+    assert parse("-lm", "mmap+mlock").model_load_mode == "mmap+mlock"
+    assert (parse("--mlock").model_load_mode, parse("--no-mmap").model_load_mode) == ("mmap+mlock", "none")
+    assert parse("--mlock", "--no-mmap").model_load_mode == "mlock"
+    assert parse(LLAMA_ARG_MLOCK="1").notes == ("--mlock: replaced by --load-mode in llama.cpp; taken as --load-mode "
+                                                "mmap+mlock",)
+    both = parse("--no-mmap", "--load-mode", "dio")
+    assert both.model_load_mode == "dio" and "ignored, --load-mode dio wins" in both.notes[0]
+
+
+def test_tensor_split_is_split_at_commas_and_slashes() -> None:
+    assert parse("-ts", "3,1/0.5").tensor_split_fractions == (3.0, 1.0, 0.5)
+    assert parse().tensor_split_fractions == ()
+    with pytest.raises(SettingsError, match="--tensor-split"):
+        parse_settings(["-ts", "3,x"], {}, error=lambda message: None)
+
+
+def test_loading_options_reach_llama_cpps_model_parameters() -> None:
+    from app.engine.llama.backend import LoadConfig, _model_params
+    from app.engine.types import KvOverride
+
+    params, keep = _model_params(LoadConfig(
+        load_mode="none", lazy_mode="on", check_tensors=True, split_mode="row", tensor_split=(3.0, 1.0),
+        main_gpu=1, repack=False, no_host=True,
+        kv_overrides=(KvOverride("a", 7), KvOverride("b", 0.25), KvOverride("c", False), KvOverride("d", "x"))), 5)
+    assert (params.n_gpu_layers, params.load_mode, params.lazy_mode, params.split_mode, params.main_gpu) == (
+        5, 0, 2, 2, 1)
+    assert params.check_tensors and not params.use_extra_bufts and params.no_host
+    assert params.tensor_split[0] == 3.0 and params.tensor_split[1] == 1.0 and params.tensor_split[2] == 0.0
+    overrides = params.kv_overrides
+    assert [(overrides[i].key, overrides[i].tag) for i in range(5)] == [
+        (b"a", 0), (b"b", 1), (b"c", 2), (b"d", 3), (b"", 0)]  # an empty key ends llama.cpp's list
+    values = (overrides[0].value.val_i64, overrides[1].value.val_f64, overrides[2].value.val_bool,
+              overrides[3].value.val_str)
+    assert values == (7, 0.25, False, b"x")
+    assert len(keep) == 2
+    defaults, _ = _model_params(LoadConfig(), -1)
+    assert (defaults.load_mode, defaults.split_mode, bool(defaults.kv_overrides), bool(defaults.tensor_split)) == (
+        -1, 1, False, False)

@@ -67,9 +67,9 @@ def test_every_name_of_every_flag_parses_or_is_refused_with_a_reason(flag: Upstr
 
 
 def test_an_unimplemented_flag_in_the_environment_is_treated_the_same() -> None:
-    settings = parse_settings([], {"LLAMA_ARG_NUMA": "distribute"})
-    assert settings.notes == ("environment LLAMA_ARG_NUMA: accepted, no effect here: NUMA placement is left to "
-                              "the OS here",)
+    settings = parse_settings([], {"LLAMA_ARG_DEFRAG_THOLD": "0.1"})
+    assert settings.notes == ("environment LLAMA_ARG_DEFRAG_THOLD: accepted, no effect here: deprecated in "
+                              "llama.cpp; it has no effect there either",)
     with pytest.raises(SettingsError, match="environment LLAMA_ARG_SSL_KEY_FILE: TLS is not served here"):
         parse_settings([], {"LLAMA_ARG_SSL_KEY_FILE": "/etc/key.pem"}, error=lambda message: None)
 

@@ -9,6 +9,7 @@ sequence decoded beside others gives the same logits as alone), one reusable ``l
 from __future__ import annotations
 
 import ctypes
+import logging
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -23,13 +24,30 @@ from app.engine.llama.ggml import install_log_callback, load_ggml_backends
 from app.engine.llama.media import LlamaMedia
 from app.engine.llama.sampler import LlamaSampler, new_sampler
 from app.engine.llama.vocab import LlamaVocabulary, model_meta
-from app.engine.types import KV_CACHE_TYPES, SamplingParams
+from app.engine.types import (
+    KV_CACHE_TYPES,
+    LAZY_MODES,
+    LOAD_MODES,
+    NUMA_STRATEGIES,
+    SPLIT_MODES,
+    KvOverride,
+    SamplingParams,
+)
+
+log = logging.getLogger(__name__)
 
 _FLASH_ATTN = {"auto": -1, "off": 0, "on": 1}
 # ggml's type numbers of the KV cache types llama-server takes (ggml.h's enum ggml_type)
 _GGML_TYPES = {"f32": 0, "f16": 1, "q4_0": 2, "q4_1": 3, "q5_0": 6, "q5_1": 7, "q8_0": 8, "iq4_nl": 20, "bf16": 30}
 assert set(_GGML_TYPES) == set(KV_CACHE_TYPES)
 _ROPE_SCALING = {"unspecified": -1, "none": 0, "linear": 1, "yarn": 2}
+# llama.h's enum llama_load_mode, llama_lazy_mode, llama_split_mode; ggml-cpu.h's ggml_numa_strategy
+_LOAD_MODE = {"auto": -1, "none": 0, "mmap": 1, "mlock": 2, "mmap+mlock": 3, "dio": 4}
+_LAZY_MODE = {"off": 0, "auto": 1, "on": 2}
+_SPLIT_MODE = {"none": 0, "layer": 1, "row": 2, "tensor": 3}
+_NUMA = {"distribute": 1, "isolate": 2, "numactl": 3}
+assert (set(_LOAD_MODE), set(_LAZY_MODE), set(_SPLIT_MODE), set(_NUMA)) == (
+    set(LOAD_MODES), set(LAZY_MODES), set(SPLIT_MODES), set(NUMA_STRATEGIES))
 
 
 @dataclass(frozen=True)
@@ -44,6 +62,61 @@ class RopeConfig:
     yarn_attn_factor: float = -1.0
     yarn_beta_fast: float = -1.0
     yarn_beta_slow: float = -1.0
+
+
+@dataclass(frozen=True)
+class LoadConfig:
+    """How the model file is read and placed; llama.cpp's defaults by default."""
+
+    load_mode: str = "auto"  # LOAD_MODES
+    lazy_mode: str = "auto"
+    check_tensors: bool = False
+    kv_overrides: tuple[KvOverride, ...] = ()
+    split_mode: str = "layer"
+    tensor_split: tuple[float, ...] = ()  # a fraction per GPU; () lets llama.cpp split by free memory
+    main_gpu: int = 0
+    repack: bool = True  # llama.cpp's extra buffer types (repacked CPU weights)
+    no_host: bool = False
+    numa: str | None = None  # NUMA_STRATEGIES; None: no NUMA initialisation
+
+
+def _model_params(config: LoadConfig, n_gpu_layers: int) -> tuple[Any, list[Any]]:
+    """llama_model_params for ``config``, and the ctypes arrays they point at (keep them alive until
+    the model is loaded)."""
+    params = lc.llama_model_default_params()
+    params.n_gpu_layers = n_gpu_layers
+    params.load_mode = _LOAD_MODE[config.load_mode]
+    params.lazy_mode = _LAZY_MODE[config.lazy_mode]
+    params.check_tensors = config.check_tensors
+    params.split_mode = _SPLIT_MODE[config.split_mode]
+    params.main_gpu = config.main_gpu
+    params.use_extra_bufts = config.repack
+    params.no_host = config.no_host
+    keep: list[Any] = []
+    if config.tensor_split:
+        devices = int(lc.llama_max_devices())
+        if len(config.tensor_split) > devices:
+            raise ModelLoadError(f"--tensor-split gives {len(config.tensor_split)} fractions; this build takes at "
+                                 f"most {devices} devices")
+        split = (ctypes.c_float * devices)(*config.tensor_split)
+        params.tensor_split = ctypes.cast(split, ctypes.POINTER(ctypes.c_float))
+        keep.append(split)
+    if config.kv_overrides:
+        overrides = (lc.llama_model_kv_override * (len(config.kv_overrides) + 1))()  # an empty key ends the list
+        for slot, override in zip(overrides, config.kv_overrides, strict=False):
+            slot.key = override.key.encode()
+            value = override.value
+            if isinstance(value, bool):
+                slot.tag, slot.value.val_bool = lc.LLAMA_KV_OVERRIDE_TYPE_BOOL, value
+            elif isinstance(value, int):
+                slot.tag, slot.value.val_i64 = lc.LLAMA_KV_OVERRIDE_TYPE_INT, value
+            elif isinstance(value, float):
+                slot.tag, slot.value.val_f64 = lc.LLAMA_KV_OVERRIDE_TYPE_FLOAT, value
+            else:
+                slot.tag, slot.value.val_str = lc.LLAMA_KV_OVERRIDE_TYPE_STR, value.encode()
+        params.kv_overrides = ctypes.cast(overrides, ctypes.POINTER(lc.llama_model_kv_override))
+        keep.append(overrides)
+    return params, keep
 
 
 @dataclass(frozen=True)
@@ -70,6 +143,11 @@ class LlamaConfig:
     cache_type_k: str = "f16"
     cache_type_v: str = "f16"
     rope: RopeConfig = field(default_factory=RopeConfig)
+    loading: LoadConfig = field(default_factory=LoadConfig)
+    kv_offload: bool = True
+    op_offload: bool = True
+    swa_full: bool = False
+    warmup: bool = True
 
 
 class LlamaBackend:
@@ -79,11 +157,15 @@ class LlamaBackend:
         install_log_callback(config.verbose)
         load_ggml_backends()
         lc.llama_backend_init()
-        model_params = lc.llama_model_default_params()
-        model_params.n_gpu_layers = config.n_gpu_layers
+        if config.loading.numa is not None:
+            lc.llama_numa_init(_NUMA[config.loading.numa])
+        model_params, keep = _model_params(config.loading, config.n_gpu_layers)
         self._model = lc.llama_model_load_from_file(config.model_path.encode(), model_params)
+        del keep
         if not self._model:
-            raise ModelLoadError(f"llama.cpp could not load the model: {config.model_path}")
+            checked = " (--check-tensors: a tensor may hold invalid values; the log says)" if (
+                config.loading.check_tensors) else ""
+            raise ModelLoadError(f"llama.cpp could not load the model: {config.model_path}{checked}")
         vocab = lc.llama_model_get_vocab(self._model)
         n_ctx_train = int(lc.llama_model_n_ctx_train(self._model))
         per_seq = (config.n_ctx or n_ctx_train) // config.n_seq
@@ -99,6 +181,9 @@ class LlamaBackend:
         ctx_params.n_threads = config.n_threads
         ctx_params.n_threads_batch = config.n_threads_batch
         ctx_params.kv_unified = False
+        ctx_params.offload_kqv = config.kv_offload
+        ctx_params.op_offload = config.op_offload
+        ctx_params.swa_full = config.swa_full
         ctx_params.flash_attn_type = _FLASH_ATTN[config.flash_attn]
         ctx_params.type_k = _GGML_TYPES[config.cache_type_k]
         ctx_params.type_v = _GGML_TYPES[config.cache_type_v]
@@ -145,7 +230,8 @@ class LlamaBackend:
             self._mixed = lc.llama_batch_ext_init(self._ctx)
         self.vocab = LlamaVocabulary(self._model, vocab)
         self.info = self._read_info(config.model_path, vocab)
-        self._warm_up(vocab)
+        if config.warmup:
+            self._warm_up(vocab)
 
     def _warm_up(self, vocab: Any) -> None:
         """One throw-away decode, as llama-server does, so the first request does not pay for the
@@ -153,6 +239,7 @@ class LlamaBackend:
         token = lc.llama_vocab_bos(vocab)
         self.decode([BatchToken(token if token >= 0 else 0, 0, 0, True)])
         lc.llama_memory_clear(self._memory, True)
+        log.info("warm-up: one throw-away decode done (--no-warmup skips it)")
 
     def _declared_pooling(self) -> str:
         """The pooling the model's metadata declares (rank for rerankers), or "unspecified"."""
