@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from app.api import Route
 from app.chat_template import ChatTemplate, choose_template
-from app.engine import Engine, NotReadyError
+from app.engine import Engine, NotReadyError, SamplingParams
+from app.handlers.json_schema import schema_grammar
 from app.metrics import MetricsExporter
 from app.settings import Settings
 from app.template_caps import template_caps
@@ -22,6 +23,7 @@ class ServerContext:
     started_at: float = field(default_factory=time.time)
     _template: ChatTemplate | None = None  # published once, by publish_loaded_model
     _caps: dict[str, bool] = field(default_factory=dict)
+    _default_grammar: str = ""  # --grammar, or --json-schema's grammar: published with the template
     metrics: MetricsExporter = field(init=False)
     routes: tuple[Route, ...] = ()  # the whole table as served (Vertex routes included)
 
@@ -58,7 +60,31 @@ class ServerContext:
         template = ChatTemplate(choice, info.bos_token, info.eos_token, self._render_builtin)
         template.check()
         self._caps = {**template_caps(template), "jinja": choice.jinja_source is not None}
+        self._default_grammar = self._server_grammar()
+        unknown = info.outside_vocabulary([token for token, _ in self.settings.default_logit_bias])
+        if unknown:
+            raise ValueError(f"--logit-bias: token {unknown[0]} is outside the model's vocabulary of {info.n_vocab}")
         self._template = template
+
+    def _server_grammar(self) -> str:
+        """The grammar of requests that give none: --grammar's, or --json-schema's converted for
+        this model (a schema that cannot be converted fails the load, saying so)."""
+        source = self.settings.default_grammar_source()
+        if source is None:
+            return ""
+        kind, value = source
+        if kind == "grammar":
+            return str(value)
+        try:
+            return schema_grammar(self.engine.vocab, value)
+        except ValueError as exc:
+            raise ValueError(f"--json-schema: the schema cannot be used: {exc}") from None
+
+    @property
+    def sampling_defaults(self) -> SamplingParams:
+        """What a request gets for every sampling field it leaves out: the server's flags
+        (``Settings.sampling_defaults``) and its default grammar."""
+        return replace(self.settings.sampling_defaults, grammar=self._default_grammar)
 
     @property
     def chat_template_caps(self) -> dict[str, bool]:

@@ -210,6 +210,9 @@ class Settings:
         "default DRY allowed length", minimum=0)
     dry_penalty_last_n: int = option(("--dry-penalty-last-n",), "int", _SAMPLING.dry_penalty_last_n,
         "default DRY window (-1: slot context, 0: off)", minimum=-1)
+    dry_sequence_breaker: tuple[str, ...] = option(("--dry-sequence-breaker",), "texts", (),
+        "a default DRY sequence breaker, replacing the built-in ones (\\n : \" *); repeatable; 'none': no breakers",
+        metavar="STRING")
     dynatemp_range: float = option(("--dynatemp-range",), "float", _SAMPLING.dynatemp_range,
         "default dynamic temperature range (0: off)", minimum=0)
     dynatemp_exponent: float = option(("--dynatemp-exp",), "float", _SAMPLING.dynatemp_exponent,
@@ -228,6 +231,17 @@ class Settings:
     sampler_seq: str | None = option(("--sampler-seq", "--sampling-seq"), "str", None,
         "default sampler order, one letter a sampler (" + "".join(SAMPLER_LETTERS) + "); --samplers wins",
         metavar="SEQUENCE")
+    logit_bias: tuple[str, ...] = option(("-l", "--logit-bias"), "texts", (),
+        "a default logit bias, TOKEN_ID+BIAS or TOKEN_ID-BIAS (e.g. 15043+1); repeatable; a request's own "
+        "logit_bias replaces them", metavar="TOKEN_ID(+/-)BIAS")
+    grammar: str | None = option(("--grammar",), "str", None,
+        "a default GBNF grammar, for requests that give no grammar or JSON schema", metavar="GRAMMAR")
+    grammar_file: str | None = option(("--grammar-file",), "str", None, "a file holding the default grammar",
+        metavar="FNAME")
+    json_schema: str | None = option(("-j", "--json-schema"), "str", None,
+        "a default JSON schema (its grammar), for requests that give no grammar or JSON schema", metavar="SCHEMA")
+    json_schema_file: str | None = option(("-jf", "--json-schema-file"), "str", None,
+        "a file holding the default JSON schema", metavar="FILE")
     reverse_prompt: tuple[str, ...] = option(("-r", "--reverse-prompt"), "texts", (),
         "a default stop string, for requests that give none; repeatable", metavar="PROMPT")
     embd_normalize: int = option(("--embd-normalize",), "int", 2,
@@ -372,7 +386,62 @@ class Settings:
                        dry_penalty_last_n=self.dry_penalty_last_n, dynatemp_range=self.dynatemp_range,
                        dynatemp_exponent=self.dynatemp_exponent, mirostat=int(self.mirostat),
                        mirostat_eta=self.mirostat_eta, mirostat_tau=self.mirostat_tau, ignore_eos=self.ignore_eos,
-                       samplers=self.sampler_order or _SAMPLING.samplers)
+                       samplers=self.sampler_order or _SAMPLING.samplers, logit_bias=self.default_logit_bias,
+                       dry_sequence_breakers=self.dry_breakers)
+
+    @property
+    def dry_breakers(self) -> tuple[str, ...]:
+        """--dry-sequence-breaker as llama-server takes it: the first replaces the built-in breakers,
+        ``none`` clears those given before it."""
+        if not self.dry_sequence_breaker:
+            return _SAMPLING.dry_sequence_breakers
+        breakers: list[str] = []
+        for value in self.dry_sequence_breaker:
+            breakers = [] if value == "none" else [*breakers, value]
+        return tuple(breakers)
+
+    @property
+    def default_logit_bias(self) -> tuple[tuple[int, float], ...]:
+        """``--logit-bias`` as (token, bias) pairs; a SettingsError names a bad one."""
+        pairs = []
+        for item in self.logit_bias:
+            match = re.fullmatch(r"\s*(-?\d+)\s*([+-])\s*(\S+)\s*", item)
+            try:
+                if match is None:
+                    raise ValueError(item)
+                bias = float(match[3])
+            except ValueError:
+                raise SettingsError(f"--logit-bias/-l: {item!r} is not TOKEN_ID+BIAS or TOKEN_ID-BIAS") from None
+            pairs.append((int(match[1]), -bias if match[2] == "-" else bias))
+        return tuple(pairs)
+
+    def default_grammar_source(self) -> tuple[Literal["grammar", "schema"], Any] | None:
+        """The default constraint of requests that give none: (``grammar``, GBNF) from --grammar or
+        --grammar-file, (``schema``, a JSON schema) from --json-schema or --json-schema-file, None
+        without them. Reads the file; a SettingsError names a file or schema that cannot be used."""
+        given = [(name, value) for name, value in (("--grammar", self.grammar), ("--grammar-file", self.grammar_file),
+                                                   ("--json-schema", self.json_schema),
+                                                   ("--json-schema-file", self.json_schema_file)) if value is not None]
+        if not given:
+            return None
+        if len(given) > 1:
+            raise SettingsError(f"{' and '.join(name for name, _ in given)}: give one default grammar or schema")
+        name, value = given[0]
+        if name.endswith("-file"):
+            try:
+                with open(value, encoding="utf-8") as handle:
+                    value = handle.read()
+            except OSError as exc:
+                raise SettingsError(f"{name}: cannot read {value!r}: {exc.strerror}") from None
+        if name.startswith("--grammar"):
+            return "grammar", value
+        try:
+            schema = json.loads(value)
+        except ValueError as exc:
+            raise SettingsError(f"{name}: not JSON: {exc}") from None
+        if not isinstance(schema, dict | bool):
+            raise SettingsError(f"{name}: a JSON schema must be an object")
+        return "schema", schema
 
     @property
     def sampler_order(self) -> tuple[str, ...] | None:
@@ -615,7 +684,8 @@ def _validate(settings: Settings) -> None:
     if (settings.samplers is not None or settings.sampler_seq is not None) and settings.sampler_order is None:
         raise SettingsError(f"--samplers/--sampler-seq: unknown sampler (known: {', '.join(sorted(SAMPLER_NAMES))}; "
                             f"letters {''.join(SAMPLER_LETTERS)})")
-    _ = settings.kv_overrides, settings.tensor_split_fractions  # each raises a SettingsError naming a bad item
+    _ = settings.kv_overrides, settings.tensor_split_fractions, settings.default_logit_bias  # each names a bad item
+    settings.default_grammar_source()
     if settings.chat_template and settings.chat_template_file:
         raise SettingsError("--chat-template and --chat-template-file cannot be used together")
 

@@ -64,7 +64,6 @@ NO_HUB = _refuse("no model downloads from URLs or Hugging Face here: give a path
 LOGS = _warn("logs are JSON lines on stderr here (Cloud Logging reads them); -v turns on llama.cpp's own")
 ROUTER = _refuse("this container serves one model; run one container (one Vertex AI deployment) per model")
 TOOLS = _refuse("server-side tools and MCP are not implemented here; give tools in the request (tool calling)")
-PER_REQUEST = "give it per request instead"
 
 TREATMENTS: dict[str, Treatment] = {
     # context, KV cache and RoPE: the numbers the model computes
@@ -83,12 +82,6 @@ TREATMENTS: dict[str, Treatment] = {
     "--reasoning-preserve": _refuse(f"keeping reasoning in the history: {RESULTS}"),
     "--skip-chat-parsing": _refuse(f"raw chat output: {RESULTS}; use reasoning_format none per request"),
     "--prefill-assistant": _warn("a trailing assistant message is always a prefill here (llama-server's default)"),
-    "--dry-sequence-breaker": _refuse(f"default DRY breakers: {RESULTS}; {PER_REQUEST} (dry_sequence_breakers)"),
-    "--logit-bias": _refuse(f"a default logit bias: {RESULTS}; {PER_REQUEST} (logit_bias)"),
-    "--grammar": _refuse(f"a default grammar: {RESULTS}; {PER_REQUEST} (grammar)"),
-    "--grammar-file": _refuse(f"a default grammar: {RESULTS}; {PER_REQUEST} (grammar)"),
-    "--json-schema": _refuse(f"a default JSON schema: {RESULTS}; {PER_REQUEST} (json_schema, response_format)"),
-    "--json-schema-file": _refuse(f"a default JSON schema: {RESULTS}; {PER_REQUEST} (json_schema, response_format)"),
     "--adaptive-target": _refuse(f"the adaptive sampler: {RESULTS}"),
     "--adaptive-decay": _refuse(f"the adaptive sampler: {RESULTS}"),
     "--backend-sampling": _warn("sampling runs on the CPU here, with the same result"),

@@ -180,16 +180,16 @@ def grammar_for(ctx: ServerContext, grammar: str | None, schema: Any, field: str
 def sampling_params(
     ctx: ServerContext, fields: GenerationFields, grammar: str = "", n_probs: int | None = None
 ) -> SamplingParams:
-    defaults = ctx.settings.sampling_defaults
+    defaults = ctx.sampling_defaults
     probs = fields.n_probs if n_probs is None else n_probs
     return replace(
         overridden(defaults, fields),
         seed=seed_of(fields.seed, defaults.seed),
-        logit_bias=_logit_bias(ctx, fields.logit_bias),
+        logit_bias=defaults.logit_bias if fields.logit_bias is None else _logit_bias(ctx, fields.logit_bias),
         samplers=defaults.samplers if fields.samplers is None else sampler_order(fields.samplers),
         dry_sequence_breakers=(defaults.dry_sequence_breakers if fields.dry_sequence_breakers is None
                                else tuple(fields.dry_sequence_breakers)),
-        grammar=grammar,
+        grammar=grammar or defaults.grammar,  # as llama-server: an empty grammar keeps the server's
         n_probs=probs or 0,
     )
 

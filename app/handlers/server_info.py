@@ -19,7 +19,7 @@ def get_health(ctx: ServerContext, request: ApiRequest) -> ApiReply:
 
 def _default_request(ctx: ServerContext) -> GenerationRequest:
     """What a request that sets nothing runs with."""
-    return GenerationRequest(prompt=(), sampling=ctx.settings.sampling_defaults)
+    return GenerationRequest(prompt=(), sampling=ctx.sampling_defaults)
 
 
 def capabilities(ctx: ServerContext) -> list[str]:

@@ -80,3 +80,63 @@ def test_temperature_under_both_names() -> None:
     assert parse_settings([], {"LLAMA_ARG_TEMP": "0.5"}).temp == 0.5  # this server's older name, still read
     with pytest.raises(SettingsError, match="expected on, off or auto"):
         parse_settings(["-fa", "sometimes"], {}, error=lambda message: None)
+
+
+GRAMMAR = 'root ::= "yes" | "no"'
+LOGIT_BIAS = [{"token": 200, "bias": 2.5}, {"token": 201, "bias": None}]  # -inf is null in JSON, as llama-server
+
+
+def test_the_default_grammar_and_logit_bias_apply_to_requests_that_give_none(tmp_path: Any) -> None:
+    grammar_file = tmp_path / "answer.gbnf"
+    grammar_file.write_text(GRAMMAR)
+    app = make_application("--grammar-file", str(grammar_file), "-l", "200+2.5", "-l", "201-inf",
+                           "--dry-sequence-breaker", "none", "--dry-sequence-breaker", "|")
+    try:
+        settings = completion(app)["generation_settings"]
+        assert settings["grammar"] == GRAMMAR
+        assert settings["logit_bias"] == LOGIT_BIAS
+        assert settings["dry_sequence_breakers"] == ["|"]
+        props = app.flask.test_client().get("/props").json
+        assert props is not None and props["default_generation_settings"]["params"]["grammar"] == GRAMMAR
+        own = completion(app, grammar='root ::= "a"', logit_bias={})["generation_settings"]  # the request wins
+        assert own["grammar"] == 'root ::= "a"' and not own["logit_bias"]
+        assert completion(app, grammar="")["generation_settings"]["grammar"] == GRAMMAR  # as llama-server
+    finally:
+        app.shutdown()
+
+
+def test_a_default_json_schema_becomes_the_default_grammar() -> None:
+    app = make_application("-j", '{"type": "object"}')
+    try:
+        assert completion(app)["generation_settings"]["grammar"] == app.context.engine.vocab.json_schema_grammar(
+            {"type": "object"})
+    finally:
+        app.shutdown()
+
+
+@pytest.mark.parametrize(("argv", "says"), [
+    (["--grammar", "root ::= x", "-j", "{}"], "--grammar and --json-schema: give one"),
+    (["--grammar-file", "/nonexistent/g.gbnf"], "--grammar-file: cannot read"),
+    (["-j", "[1"], "--json-schema: not JSON"),
+    (["-j", "[1]"], "a JSON schema must be an object"),
+    (["-l", "15043*1"], "is not TOKEN_ID\\+BIAS or TOKEN_ID-BIAS"),
+    (["--dry-sequence-breaker", "x", "--logit-bias", "5+x"], "--logit-bias"),
+])
+def test_bad_defaults_are_refused_at_start_up(argv: list[str], says: str) -> None:
+    with pytest.raises(SettingsError, match=says):
+        parse_settings(argv, {}, error=lambda message: None)
+
+
+def test_a_default_logit_bias_outside_the_vocabulary_fails_the_load() -> None:
+    from app.wiring import build_application
+    from tests.fakes import FakeBackend
+
+    failures: list[BaseException] = []
+    settings = parse_settings(["-l", "999999+1"], {})
+    built = build_application(settings, "/models/fake.gguf", None, failures.append,
+                              lambda config: FakeBackend(n_seq=config.n_seq))
+    try:
+        built.context.engine.wait_ready(10)
+        assert failures and "--logit-bias: token 999999 is outside the model's vocabulary" in str(failures[0])
+    finally:
+        built.shutdown()

@@ -1,0 +1,59 @@
+"""The server-wide constraints llama-server takes as flags, on the real model: -j/--json-schema
+holds every answer that asks for nothing else to the schema, and -l/--logit-bias keeps a token out
+of answers that give no logit_bias of their own. One server at a time."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import requests
+
+from tests.integration.conftest import Server, start
+
+SCHEMA = {"type": "object", "properties": {"answer": {"type": "integer"}}, "required": ["answer"],
+          "additionalProperties": False}
+PROMPT = "What is two plus two?"
+TEXT = "Once upon a time, in a small village,"
+
+
+def chat(server: Server, **fields: Any) -> str:
+    response = requests.post(server.url("/v1/chat/completions"), timeout=120, json={
+        "messages": [{"role": "user", "content": PROMPT}], "max_tokens": 24, "temperature": 0, **fields})
+    assert response.status_code == 200, response.text[:300]
+    text: str = response.json()["choices"][0]["message"]["content"]
+    return text
+
+
+def first_token(server: Server, **fields: Any) -> int:
+    response = requests.post(server.url("/completion"), timeout=120, json={
+        "prompt": TEXT, "n_predict": 1, "temperature": 0, "return_tokens": True, **fields})
+    assert response.status_code == 200, response.text[:300]
+    token: int = response.json()["tokens"][0]
+    return token
+
+
+def test_a_default_json_schema_holds_answers_that_ask_for_nothing_else(server_dir: Path) -> None:
+    server = start(server_dir, ["-np", "1", "-c", "1024", "-j", json.dumps(SCHEMA)])
+    try:
+        answer = json.loads(chat(server, max_tokens=64))
+        assert set(answer) == {"answer"} and isinstance(answer["answer"], int)
+        free = chat(server, response_format={"type": "json_object"}, max_tokens=64)  # the request's own wins
+        assert isinstance(json.loads(free), dict)
+    finally:
+        assert server.stop() == 0, server.log()
+
+
+def test_a_default_logit_bias_applies_until_a_request_gives_its_own(server_dir: Path) -> None:
+    server = start(server_dir, ["-np", "1", "-c", "1024"])
+    try:
+        greedy = first_token(server)
+    finally:
+        assert server.stop() == 0, server.log()
+    server = start(server_dir, ["-np", "1", "-c", "1024", "-l", f"{greedy}-inf"])
+    try:
+        assert first_token(server) != greedy
+        assert first_token(server, logit_bias={}) == greedy  # a request's logit_bias replaces the server's
+    finally:
+        assert server.stop() == 0, server.log()
