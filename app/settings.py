@@ -357,8 +357,15 @@ class Settings:
         "requests that may wait for a free slot; more are answered 503 at once", env="LLAMA_ARG_MAX_QUEUE",
         minimum=0)
     cors_origins: str = option(("--cors-origins",), "str", "*",
-        "comma-separated origins allowed by CORS ('*': any origin, reflected)", env="LLAMA_ARG_CORS_ORIGINS",
-        metavar="ORIGINS")
+        "comma-separated origins allowed by CORS ('*': any origin; 'localhost': origins on this machine)",
+        env="LLAMA_ARG_CORS_ORIGINS", metavar="ORIGINS")
+    cors_methods: str = option(("--cors-methods",), "str", "GET, POST, DELETE, OPTIONS",
+        "comma-separated methods allowed by CORS", env="LLAMA_ARG_CORS_METHODS", metavar="METHODS")
+    cors_headers: str = option(("--cors-headers",), "str", "*", "comma-separated headers allowed by CORS",
+        env="LLAMA_ARG_CORS_HEADERS", metavar="HEADERS")
+    cors_credentials: bool = option(("--cors-credentials",), "bool", True,
+        "allow credentials in CORS requests (with --cors-origins '*' the origin is echoed)",
+        env="LLAMA_ARG_CORS_CREDENTIALS", negative_flags=("--no-cors-credentials",))
     ui: bool = option(("--ui", "--webui"), "bool", True,
         "serve the web UI at / (chat, the Vertex AI predict console, live slots); public, served while the "
         "model loads", env="LLAMA_ARG_UI", negative_flags=("--no-ui", "--no-webui"))

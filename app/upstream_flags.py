@@ -111,9 +111,6 @@ TREATMENTS: dict[str, Treatment] = {
     "--ssl-cert-file": _refuse("TLS is not served here (it would serve plain HTTP); Vertex AI terminates TLS, or "
                                "put a TLS proxy in front"),
     "--reuse-port": _warn("one gunicorn master owns the port here"),
-    "--cors-methods": _warn("CORS allows GET, POST, DELETE and OPTIONS here (llama-server's default)"),
-    "--cors-headers": _warn("CORS allows any request header here"),
-    "--cors-credentials": _warn("CORS always allows credentials here"),
     "--sse-ping-interval": _warn("no SSE keep-alive comments are sent here"),
     "--slot-prompt-similarity": _warn("a request goes to the free slot holding most of its prompt here"),
     "--webui-config": _warn("the built-in web UI has no server-side settings"),

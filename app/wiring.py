@@ -17,7 +17,7 @@ from app.context import ServerContext
 from app.engine import Backend, Engine, EngineOptions
 from app.engine.llama import LlamaBackend, LlamaConfig, LoadConfig, RopeConfig
 from app.host_memory import available_memory_bytes
-from app.http import StaticSite, create_app
+from app.http import CorsPolicy, StaticSite, create_app
 from app.routes import bind_routes
 from app.settings import Settings
 from gcp import VertexEnvironment, vertex_routes
@@ -143,6 +143,7 @@ def build_application(
     site = StaticSite.from_directory(Path(settings.ui_directory)) if settings.ui_directory else None
     flask = create_app(routes, lambda: engine.is_ready, context.api_keys, settings.route_prefix,
                        max_body_bytes=settings.max_body_bytes, is_draining=draining.is_set,
-                       cors_origins=settings.cors_origins, site=site)
+                       cors=CorsPolicy(settings.cors_origins, settings.cors_methods, settings.cors_headers,
+                                                     settings.cors_credentials), site=site)
     engine.start()
     return Application(flask, context, draining)

@@ -18,6 +18,7 @@ from app.errors import (
     PayloadTooLargeError,
 )
 from app.http.access_log import install_access_log
+from app.http.cors import DEFAULT_CORS, CorsPolicy
 from app.http.disconnect import disconnect_probe
 from app.http.middleware import install_middleware
 from app.http.render import to_response
@@ -90,7 +91,7 @@ def create_app(
     prefix: str = "",
     max_body_bytes: int | None = None,
     is_draining: Callable[[], bool] = lambda: False,
-    cors_origins: str = "*",
+    cors: CorsPolicy = DEFAULT_CORS,
     site: StaticSite | None = None,
 ) -> Flask:
     """``site``: static files served at ``/`` (the web UI), public and answered while the model loads;
@@ -101,7 +102,7 @@ def create_app(
     route_paths = {prefix + flask_rule(route.path) for route in routes}
     static_paths = _static_paths(site, prefix, route_paths)
     install_access_log(app)
-    install_middleware(app, is_ready, api_keys, public, is_draining, cors_origins, always_open=static_paths)
+    install_middleware(app, is_ready, api_keys, public, is_draining, cors, always_open=static_paths)
     for route in routes:
         app.add_url_rule(
             prefix + flask_rule(route.path),

@@ -10,6 +10,7 @@ from flask import Flask, Response, request
 
 from app.api import ApiReply
 from app.errors import AuthenticationError, UnavailableError
+from app.http.cors import DEFAULT_CORS, CorsPolicy
 from app.http.render import to_response
 
 
@@ -33,20 +34,17 @@ def install_middleware(
     api_keys: Collection[str],
     public_paths: Collection[str],
     is_draining: Callable[[], bool] = lambda: False,
-    cors_origins: str = "*",
+    cors: CorsPolicy = DEFAULT_CORS,
     always_open: Collection[str] = (),
 ) -> None:
     """``public_paths`` need no API key; ``always_open`` paths (the static UI) need none and are
     answered while the model loads too."""
-    allowed = {origin.strip() for origin in cors_origins.split(",") if origin.strip()}
 
     @app.before_request
     def gate() -> Response | None:
         if request.method == "OPTIONS":
             response = Response(status=200, content_type="text/html")
-            response.headers["Access-Control-Allow-Credentials"] = "true"
-            response.headers["Access-Control-Allow-Methods"] = "GET, POST, DELETE, OPTIONS"  # llama-server's
-            response.headers["Access-Control-Allow-Headers"] = "*"
+            response.headers.update(cors.preflight_headers())
             return response
         if is_draining():
             return to_response(ApiReply.error(UnavailableError("the server is shutting down")))
@@ -59,9 +57,10 @@ def install_middleware(
         return None
 
     @app.after_request
-    def cors(response: Response) -> Response:
-        origin = request.headers.get("Origin")
-        if origin and ("*" in allowed or origin in allowed):
-            response.headers["Access-Control-Allow-Origin"] = origin
-            response.headers["Vary"] = "Origin"
+    def allow_origin(response: Response) -> Response:
+        allowed = cors.allowed_origin(request.headers.get("Origin"))
+        if allowed is not None:
+            response.headers["Access-Control-Allow-Origin"] = allowed
+            if allowed != "*":
+                response.headers["Vary"] = "Origin"
         return response

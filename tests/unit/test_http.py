@@ -8,7 +8,7 @@ import pytest
 from flask.testing import FlaskClient
 
 from app.api import ApiReply, ApiRequest, InvalidRequestError, Route, SseEvent, guard
-from app.http import create_app
+from app.http import CorsPolicy, create_app
 from app.http.flask_app import flask_rule
 
 
@@ -82,6 +82,35 @@ def test_cors_preflight_and_origin() -> None:
     assert response.headers["Access-Control-Allow-Credentials"] == "true"
     plain = client().post("/echo", json={}, headers={"Origin": "https://app.example"})
     assert plain.headers["Access-Control-Allow-Origin"] == "https://app.example"
+
+
+@pytest.mark.parametrize(("policy", "origin", "allowed"), [
+    (CorsPolicy(), "https://any.example", "https://any.example"),  # *, credentials: echoed
+    (CorsPolicy(credentials=False), "https://any.example", "*"),
+    (CorsPolicy(origins="localhost"), "http://localhost:5173", "http://localhost:5173"),
+    (CorsPolicy(origins="localhost"), "http://127.0.0.1", "http://127.0.0.1"),
+    (CorsPolicy(origins="localhost"), "http://[::1]:8000", "http://[::1]:8000"),
+    (CorsPolicy(origins="localhost"), "https://localhost.evil.example", None),
+    (CorsPolicy(origins="https://a.example, https://b.example"), "https://b.example", "https://b.example"),
+    (CorsPolicy(origins="https://a.example,localhost"), "http://localhost:3000", "http://localhost:3000"),
+    (CorsPolicy(origins="https://a.example"), "https://c.example", None),
+    (CorsPolicy(origins="https://a.example"), None, None),
+])
+def test_cors_origins_as_llama_server_takes_them(policy: CorsPolicy, origin: str | None, allowed: str | None) -> None:
+    app = create_app(ROUTES, lambda: True, cors=policy).test_client()
+    response = app.post("/echo", json={}, headers={"Origin": origin} if origin else {})
+    assert response.headers.get("Access-Control-Allow-Origin") == allowed
+    assert policy.allowed_origin(origin) == allowed
+
+
+def test_cors_methods_headers_and_credentials_are_the_preflight_answer() -> None:
+    policy = CorsPolicy(methods="GET, POST", headers="Content-Type, Authorization", credentials=False)
+    response = create_app(ROUTES, lambda: True, cors=policy).test_client().options(
+        "/echo", headers={"Origin": "https://app.example"})
+    assert response.status_code == 200
+    assert (response.headers["Access-Control-Allow-Methods"], response.headers["Access-Control-Allow-Headers"],
+            response.headers["Access-Control-Allow-Credentials"]) == ("GET, POST", "Content-Type, Authorization",
+                                                                      "false")
 
 
 @pytest.mark.parametrize(

@@ -1,5 +1,5 @@
 """llama-server's server-side defaults for request fields: --reverse-prompt (stop strings),
---embd-normalize, --chat-template-kwargs; --tags in /v1/models; --api-key-file comments."""
+--embd-normalize, --chat-template-kwargs; --tags in /v1/models; --api-key-file comments; the CORS flags.
 
 from __future__ import annotations
 
@@ -70,3 +70,18 @@ def test_the_api_key_file_skips_comment_lines(tmp_path: Path) -> None:
     keys = tmp_path / "keys"
     keys.write_text("# rotated 2026-12\nfirst\n\n#second-is-disabled\nthird\n")
     assert parse_settings(["--api-key-file", str(keys)], {}).all_api_keys() == ("first", "third")
+
+
+def test_the_cors_flags_reach_the_preflight_answer() -> None:
+    app = make_application("--cors-origins", "localhost", "--cors-methods", "GET, POST", "--cors-headers",
+                           "Authorization", "--no-cors-credentials")
+    try:
+        client = app.flask.test_client()
+        local = client.options("/completion", headers={"Origin": "http://localhost:8080"})
+        assert local.headers["Access-Control-Allow-Origin"] == "http://localhost:8080"
+        assert (local.headers["Access-Control-Allow-Methods"], local.headers["Access-Control-Allow-Headers"],
+                local.headers["Access-Control-Allow-Credentials"]) == ("GET, POST", "Authorization", "false")
+        remote = client.get("/health", headers={"Origin": "https://elsewhere.example"})
+        assert "Access-Control-Allow-Origin" not in remote.headers
+    finally:
+        app.shutdown()
