@@ -1,5 +1,5 @@
 """llama-server's server-side defaults for request fields: --reverse-prompt (stop strings),
---embd-normalize, --chat-template-kwargs; --tags in /v1/models; --api-key-file comments; the CORS flags.
+--embd-normalize, --chat-template-kwargs; --tags in /v1/models; --api-key-file comments; the CORS flags."""
 
 from __future__ import annotations
 
