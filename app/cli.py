@@ -37,11 +37,20 @@ def listen_port(settings: Settings, vertex: VertexEnvironment | None) -> int:
     return vertex.port
 
 
+def bind_address(host: str, port: int) -> str:
+    """gunicorn's form of one --host address: a UNIX socket path (ending in .sock), IPv6 or IPv4."""
+    if host.endswith(".sock"):
+        return f"unix:{host}"
+    return f"[{host.strip('[]')}]:{port}" if ":" in host else f"{host}:{port}"
+
+
 def gunicorn_options(settings: Settings, port: int, json_lines: bool = False) -> dict[str, Any]:
-    host = f"[{settings.host}]" if ":" in settings.host else settings.host
     return {
         "logger_class": "app.gunicorn_server.JsonLinesLogger" if json_lines else None,
-        "bind": [f"{host}:{port}"],
+        "bind": [bind_address(host, port) for host in settings.listen_hosts],
+        "reuse_port": settings.reuse_port,
+        "keyfile": settings.ssl_key_file,
+        "certfile": settings.ssl_cert_file,
         "workers": 1,
         "threads": settings.http_threads,
         "preload_app": False,
@@ -117,7 +126,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         sys.exit(2)
     from app.gunicorn_server import ContainerServer
 
-    log.info("serving %s on %s:%s (%s slots)", model_path, settings.host, port, settings.slot_count)
+    scheme = "https" if settings.ssl_cert_file else "http"
+    log.info("serving %s on %s (%s slots)", model_path, ", ".join(
+        f"unix://{host}" if host.endswith(".sock") else f"{scheme}://{bind_address(host, port)}"
+        for host in settings.listen_hosts), settings.slot_count)
     log.info("settings: %s", json.dumps(public_settings(settings), sort_keys=True))
     json_lines = os.environ.get("AIP_MODE") == "PREDICTION"
     ContainerServer(settings, model_path, vertex, gunicorn_options(settings, port, json_lines),

@@ -49,6 +49,10 @@ class PayloadTooLargeError(ApiError):
     pass
 
 
+class RequestTimeoutError(ApiError):
+    pass
+
+
 class NotSupportedError(ApiError):
     pass
 
@@ -62,6 +66,7 @@ ERROR_TABLE: dict[type[BaseException], tuple[int, str]] = {
     AuthenticationError: (401, "authentication_error"),
     NotFoundError: (404, "not_found_error"),
     MethodNotAllowedError: (405, "invalid_request_error"),
+    RequestTimeoutError: (408, "invalid_request_error"),
     PayloadTooLargeError: (413, "invalid_request_error"),
     NotSupportedError: (501, "not_supported_error"),
     UnavailableError: (503, "unavailable_error"),

@@ -8,6 +8,7 @@ import logging
 import shutil
 import signal
 import socket
+import ssl
 import tempfile
 from concurrent import futures
 from pathlib import Path
@@ -20,6 +21,7 @@ from gunicorn.workers.gthread import ThreadWorker
 
 from app.engine.llama import LlamaBackend
 from app.fault_injection import Crash, with_crash
+from app.http import take_close_request
 from app.llama_build import recorded_build_args, this_cpu
 from app.logs import CloudLoggingFormatter
 from app.settings import Settings
@@ -76,7 +78,10 @@ class HeldHeaderSocket:
 
 def request_target(sock: Any) -> bytes | None:
     """The path of the request waiting on ``sock``, read without consuming it (None if its request
-    line has not arrived whole, or it is not a GET or HEAD)."""
+    line has not arrived whole, or it is not a GET or HEAD). Under TLS the bytes are encrypted: None,
+    so health checks share the request threads there."""
+    if isinstance(sock, ssl.SSLSocket):
+        return None
     try:
         head: bytes = sock.recv(512, socket.MSG_PEEK | socket.MSG_DONTWAIT)
     except OSError:  # BlockingIOError included: nothing there after all
@@ -101,6 +106,12 @@ class WholeResponseWorker(ThreadWorker):  # type: ignore[misc]
     fast_paths: frozenset[bytes] = frozenset()  # set in the worker once the app is built
     FAST_THREADS = 2
 
+    def handle(self, conn: Any) -> Any:
+        """llama-server's read/write timeout (``--timeout``): a client that sends or takes nothing
+        for that long loses its connection, and its thread is free again."""
+        conn.sock.settimeout(self.cfg.timeout)
+        return super().handle(conn)
+
     def init_process(self) -> None:
         self._fast_pool = futures.ThreadPoolExecutor(self.FAST_THREADS, thread_name_prefix="health")
         try:
@@ -124,7 +135,8 @@ class WholeResponseWorker(ThreadWorker):  # type: ignore[misc]
         finally:
             conn.sock = raw
         held.flush()
-        return keep_alive
+        asked_to_close = take_close_request()
+        return keep_alive and not asked_to_close
 
 
 def health_paths(application: Application) -> frozenset[bytes]:

@@ -78,7 +78,9 @@ class Settings:
     alias: str | None = option(("-a", "--alias"), "str", None,
         "comma-separated served model name(s); the id is the alphabetically first",
         env="LLAMA_ARG_ALIAS", metavar="NAME")
-    host: str = option(("--host",), "str", "127.0.0.1", "address to listen on", env="LLAMA_ARG_HOST")
+    host: str = option(("--host",), "str", "127.0.0.1",
+        "addresses to listen on, comma-separated: IP addresses, or UNIX socket paths ending in .sock",
+        env="LLAMA_ARG_HOST")
     port: int = option(("--port",), "int", 8080, "port to listen on", env="LLAMA_ARG_PORT", minimum=0)
     ctx_size: int = option(("-c", "--ctx-size"), "int", 0,
         "total context size in tokens (0 = from the model); each slot gets ctx-size / parallel",
@@ -274,10 +276,17 @@ class Settings:
         "how <think> text is returned: auto/deepseek (split into reasoning_content), deepseek-legacy "
         "(split and kept in the content), none (left in the content)", env="LLAMA_ARG_THINK",
         choices=("auto", "none", "deepseek", "deepseek-legacy"))
+    reuse_port: bool = option(("--reuse-port",), "bool", False,
+        "let several sockets bind the same port (SO_REUSEPORT)", env="LLAMA_ARG_REUSE_PORT")
+    ssl_key_file: str | None = option(("--ssl-key-file",), "str", None,
+        "serve HTTPS: the PEM private key (with --ssl-cert-file)", env="LLAMA_ARG_SSL_KEY_FILE", metavar="FNAME")
+    ssl_cert_file: str | None = option(("--ssl-cert-file",), "str", None,
+        "serve HTTPS: the PEM certificate (with --ssl-key-file)", env="LLAMA_ARG_SSL_CERT_FILE", metavar="FNAME")
     threads_http: int = option(("--threads-http",), "int", -1,
         "HTTP threads (-1 = max(parallel + 4, cores - 1))", env="LLAMA_ARG_THREADS_HTTP",
         minimum=-1)
-    timeout: int = option(("-to", "--timeout"), "int", 600, "HTTP read/write timeout in seconds",
+    timeout: int = option(("-to", "--timeout"), "int", 600,
+        "HTTP read/write timeout in seconds: a connection that sends or takes nothing for this long is closed",
         env="LLAMA_ARG_TIMEOUT", minimum=1)
     api_prefix: str = option(("--api-prefix",), "str", "", "prefix every route with this path",
         env="LLAMA_ARG_API_PREFIX", metavar="PREFIX")
@@ -465,6 +474,11 @@ class Settings:
             return None if self.cache_ram < 0 else self.cache_ram << 20
         default = DEFAULT_CACHE_RAM_MIB << 20
         return default if available is None else min(default, available // 4)
+
+    @property
+    def listen_hosts(self) -> tuple[str, ...]:
+        """``--host`` as llama-server splits it: comma-separated, blanks dropped."""
+        return tuple(host.strip() for host in self.host.split(",") if host.strip())
 
     @property
     def ui_directory(self) -> str | None:
@@ -693,6 +707,15 @@ def _validate(settings: Settings) -> None:
                             f"letters {''.join(SAMPLER_LETTERS)})")
     _ = settings.kv_overrides, settings.tensor_split_fractions, settings.default_logit_bias  # each names a bad item
     settings.default_grammar_source()
+    if not settings.listen_hosts:
+        raise SettingsError("--host: give at least one address")
+    if settings.port == 0 and sum(not host.endswith(".sock") for host in settings.listen_hosts) > 1:
+        raise SettingsError("--port 0 is not supported with several TCP addresses in --host")
+    if (settings.ssl_key_file is None) != (settings.ssl_cert_file is None):
+        raise SettingsError("--ssl-key-file and --ssl-cert-file: give both to serve HTTPS")
+    for name, path in (("--ssl-key-file", settings.ssl_key_file), ("--ssl-cert-file", settings.ssl_cert_file)):
+        if path is not None and not os.access(path, os.R_OK):
+            raise SettingsError(f"{name}: cannot read {path!r}")
     if settings.chat_template and settings.chat_template_file:
         raise SettingsError("--chat-template and --chat-template-file cannot be used together")
 

@@ -106,11 +106,6 @@ TREATMENTS: dict[str, Treatment] = {
     "--cpu-mask-batch": CPU_PLACEMENT, "--cpu-range-batch": CPU_PLACEMENT, "--cpu-strict-batch": CPU_PLACEMENT,
     "--prio": CPU_PLACEMENT, "--prio-batch": CPU_PLACEMENT, "--poll": CPU_PLACEMENT, "--poll-batch": CPU_PLACEMENT,
     # the HTTP server
-    "--ssl-key-file": _refuse("TLS is not served here (it would serve plain HTTP); Vertex AI terminates TLS, or "
-                              "put a TLS proxy in front"),
-    "--ssl-cert-file": _refuse("TLS is not served here (it would serve plain HTTP); Vertex AI terminates TLS, or "
-                               "put a TLS proxy in front"),
-    "--reuse-port": _warn("one gunicorn master owns the port here"),
     "--sse-ping-interval": _warn("no SSE keep-alive comments are sent here"),
     "--slot-prompt-similarity": _warn("a request goes to the free slot holding most of its prompt here"),
     "--webui-config": _warn("the built-in web UI has no server-side settings"),

@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from flask import Flask, Response, g, request
-from werkzeug.exceptions import HTTPException, MethodNotAllowed, NotFound, RequestEntityTooLarge
+from werkzeug.exceptions import ClientDisconnected, HTTPException, MethodNotAllowed, NotFound, RequestEntityTooLarge
 
 from app.api import ApiReply, ApiRequest, Route
 from app.errors import (
@@ -16,8 +16,10 @@ from app.errors import (
     MethodNotAllowedError,
     NotFoundError,
     PayloadTooLargeError,
+    RequestTimeoutError,
 )
 from app.http.access_log import install_access_log
+from app.http.connection import close_after_response
 from app.http.cors import DEFAULT_CORS, CorsPolicy
 from app.http.disconnect import disconnect_probe
 from app.http.middleware import install_middleware
@@ -126,11 +128,16 @@ def create_app(
             error = MethodNotAllowedError(f"Method {request.method} is not allowed for {request.path}; use {allowed}")
         elif isinstance(exc, RequestEntityTooLarge):
             error = PayloadTooLargeError("the request body is too large")
+        elif isinstance(exc, ClientDisconnected):  # the socket's --timeout ran out while reading the body
+            error = RequestTimeoutError("the request body ended before its Content-Length: the client went away or "
+                                        "sent nothing for --timeout seconds")
         else:
             error = InvalidRequestError(exc.description or exc.name)
         response = to_response(ApiReply.error(error))
         if isinstance(exc, MethodNotAllowed) and exc.valid_methods:
             response.headers["Allow"] = ", ".join(sorted(exc.valid_methods))
+        if isinstance(exc, ClientDisconnected):
+            close_after_response()  # what is left of the body would be read as the next request
         return response
 
     @app.errorhandler(Exception)
