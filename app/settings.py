@@ -349,6 +349,9 @@ class Settings:
         env="LLAMA_ARG_MEDIA_URLS", negative_flags=("--no-media-urls",))
     media_max_bytes: int = option(("--media-max-bytes",), "int", 20 * 1024 * 1024,
         "largest media item a request may give or a URL may return", env="LLAMA_ARG_MEDIA_MAX_BYTES", minimum=1)
+    slot_prompt_similarity: float = option(("-sps", "--slot-prompt-similarity"), "float", 0.1,
+        "a request goes to the idle slot whose cache holds the largest share of its prompt when that share is over "
+        "this; else to the least recently used slot (0: always)", minimum=0, metavar="SIMILARITY")
     cache_ram: int | None = option(("-cram", "--cache-ram"), "int", None,
         "prompt cache in host RAM, MiB: prompt states that leave their slot are kept and restored into any slot "
         "whose request shares their prefix (default: the smaller of 8192 and a quarter of the memory available "

@@ -107,7 +107,6 @@ TREATMENTS: dict[str, Treatment] = {
     "--prio": CPU_PLACEMENT, "--prio-batch": CPU_PLACEMENT, "--poll": CPU_PLACEMENT, "--poll-batch": CPU_PLACEMENT,
     # the HTTP server
     "--sse-ping-interval": _warn("no SSE keep-alive comments are sent here"),
-    "--slot-prompt-similarity": _warn("a request goes to the free slot holding most of its prompt here"),
     "--webui-config": _warn("the built-in web UI has no server-side settings"),
     "--webui-config-file": _warn("the built-in web UI has no server-side settings"),
     "--webui-mcp-proxy": _warn("the built-in web UI has no MCP proxy"),

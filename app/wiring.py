@@ -128,6 +128,7 @@ def build_application(
             deadline_seconds=settings.predict_deadline,
             prompt_cache_bytes=prompt_cache,
             context_shift=settings.context_shift,
+            slot_similarity=settings.slot_prompt_similarity,
         ),
         on_ready=ready,
         on_load_failure=on_load_failure,

@@ -68,6 +68,7 @@ class EngineOptions:
     deadline_seconds: float = 0.0  # every job ends this long after its submission (0: never)
     prompt_cache_bytes: int | None = 0  # --cache-ram: 0 off, None no limit
     context_shift: bool = False  # --context-shift (off while a projector is loaded, as llama-server)
+    slot_similarity: float = 0.1  # -sps: the share of a prompt an idle slot must hold to be chosen for it
 
 
 @dataclass(frozen=True)
@@ -345,7 +346,8 @@ class Engine:
                                  media_marker=media.marker if media is not None else None)
         scheduler = Scheduler(backend, self._stats, SchedulerOptions(cont_batching=self._options.cont_batching,
                                                                         prompt_cache_bytes=self._options.prompt_cache_bytes,
-                                                                        context_shift=self._context_shift(backend)))
+                                                                        context_shift=self._context_shift(backend),
+                                                                        slot_similarity=self._options.slot_similarity))
         self._slots = scheduler.slots
         self._awake.set()
         return scheduler

@@ -30,6 +30,7 @@ class SchedulerOptions:
     cont_batching: bool = True
     prompt_cache_bytes: int | None = 0  # the prompt cache's limit (--cache-ram): 0 off, None no limit
     context_shift: bool = False  # --context-shift
+    slot_similarity: float = 0.1  # -sps: an idle slot holding more than this share of a prompt takes it (0: LRU)
 
 
 class Scheduler:
@@ -103,23 +104,33 @@ class Scheduler:
         self.pending = waiting
 
     def _pick_slots(self, job: Job) -> list[Slot] | None:
-        """A slot for the job (the one whose cache holds most of the prompt), and one more for each
-        follower; None until enough are idle."""
+        """A slot for the job, and one more for each follower; None until enough are idle. As
+        llama-server: the idle slot whose cells hold the largest share of the prompt, if that share
+        is over ``-sps``; else the least recently used one."""
         request = job.request
         idle = [slot for slot in self.slots if not slot.busy]
         if len(idle) < 1 + len(job.followers):
             return None
+        similar = self._most_similar(idle, job) if request.cache_prompt else None
         if request.id_slot >= 0:
             leader = self.slots[request.id_slot]
             if leader.busy:
                 return None
-        elif request.cache_prompt and max(slot.reusable_prefix(request.prompt, request.media) for slot in idle) > 0:
-            leader = max(idle, key=lambda slot: (slot.reusable_prefix(request.prompt, request.media),
-                                                 -slot.last_used))
+        elif similar is not None:
+            leader = similar
         else:
             leader = min(idle, key=lambda slot: slot.last_used)
         others = sorted((slot for slot in idle if slot is not leader), key=lambda slot: slot.last_used)
         return [leader, *others[: len(job.followers)]]
+
+    def _most_similar(self, idle: list[Slot], job: Job) -> Slot | None:
+        threshold = self.options.slot_similarity
+        if threshold == 0 or not job.request.prompt:
+            return None
+        shares = [(slot.reusable_prefix(job.request.prompt, job.request.media) / len(job.request.prompt), slot)
+                  for slot in idle]
+        share, slot = max(shares, key=lambda pair: (pair[0], -pair[1].last_used))
+        return slot if share > threshold else None
 
     def _sampler_for(self, job: Job) -> object:
         sampling = job.request.sampling

@@ -582,3 +582,26 @@ def test_a_job_past_its_deadline_ends_with_what_it_has() -> None:
         assert isinstance(quick, Completion) and not quick.deadline_exceeded
     finally:
         engine.stop()
+
+
+@pytest.mark.parametrize("similarity", [0.1, 0.04, 0.0])
+def test_slot_prompt_similarity_decides_between_a_similar_slot_and_the_least_recently_used(
+        similarity: float) -> None:
+    """-sps: the idle slot holding a share of the prompt over the threshold takes it; else the least
+    recently used slot (llama-server's rule; 0 turns the similarity off)."""
+    engine = start(FakeBackend(n_seq=2), slot_similarity=similarity)
+    try:
+        def slot_of(prompt: str) -> int:
+            final = events_of(engine.submit(request(prompt)))[-1]
+            assert isinstance(final, Completion)
+            return final.id_slot
+
+        assert (slot_of("x" * 40), slot_of("q" * 40)) == (0, 1)
+        if similarity == 0:
+            assert slot_of("q" * 40) == 0  # the least recently used slot, though slot 1 holds all of it
+            return
+        assert slot_of("q" * 40) == 1  # slot 1 holds all of it; slot 0 is now the least recently used
+        # 3 of its 61 tokens are in slot 1: about 5%, over 0.04 and under 0.1
+        assert slot_of("qqq" + "z" * 57) == (1 if similarity < 0.05 else 0)
+    finally:
+        engine.stop()
