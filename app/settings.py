@@ -246,6 +246,8 @@ class Settings:
         "a file holding the default JSON schema", metavar="FILE")
     reverse_prompt: tuple[str, ...] = option(("-r", "--reverse-prompt"), "texts", (),
         "a default stop string, for requests that give none; repeatable", metavar="PROMPT")
+    spm_infill: bool = option(("--spm-infill",), "bool", False,
+        "lay out /infill prompts suffix first (<FIM_SUF>suffix<FIM_PRE>prefix), for models trained that way")
     embd_normalize: int = option(("--embd-normalize",), "int", 2,
         "default normalization of native embeddings (-1: none, 0: max absolute int16, 1: taxicab, 2: Euclidean, "
         ">2: p-norm)", minimum=-1)

@@ -71,7 +71,6 @@ TREATMENTS: dict[str, Treatment] = {
     "--control-vector-scaled": _refuse(f"control vectors: {RESULTS}"),
     "--control-vector-layer-range": _refuse(f"control vectors: {RESULTS}"),
     "--lora-init-without-apply": _refuse("adapters start at their given scale here; set 0 with --lora-scaled FILE 0"),
-    "--spm-infill": _refuse(f"the SPM infill order: {RESULTS}"),
     "--special": _refuse(f"special tokens in the output text: {RESULTS}"),
     "--escape": _warn("escapes are a llama-cli prompt feature; the server takes JSON"),
     "--reasoning": _refuse(f"the reasoning switch: {RESULTS}; reasoning_format and chat_template_kwargs work per "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
@@ -55,35 +56,56 @@ def fim_tokens(vocab: Vocabulary) -> dict[str, int]:
     return special
 
 
+@dataclass(frozen=True)
+class InfillLayout:
+    """What the FIM prompt's layout depends on besides the request."""
+
+    n_batch: int  # prefix and suffix are cut to fit one batch, 3:1
+    n_ctx: int  # the slot's context: repository context fills what the batch and the answer leave
+    n_predict: int  # the server's -n
+    spm: bool = False  # --spm-infill: suffix before prefix
+    bos: int | None = None  # the BOS token, when the model adds one
+
+
 def infill_prompt(vocab: Vocabulary, special: dict[str, int], body: InfillBody, extra: list[ExtraChunk],
-                  n_batch: int) -> list[int]:
-    """llama-server's layout: repository-level context (or plain snippets) before
-    ``<FIM_PRE>prefix<FIM_SUF>suffix<FIM_MID>prompt``; prefix and suffix trimmed to the batch 3:1."""
-    tokens: list[int] = []
-    if "fim_rep" in special and "fim_sep" in special:
-        tokens += [special["fim_rep"], *vocab.tokenize("myproject\n", False, False)]
-        for chunk in extra:
-            tokens += [special["fim_sep"], *vocab.tokenize(f"{chunk.filename}\n{chunk.text}", False, False)]
-        tokens += [special["fim_sep"], *vocab.tokenize("filename\n", False, False)]
-    elif extra:
-        snippets = SNIPPET_SEPARATOR.join(chunk.text for chunk in extra) + SNIPPET_SEPARATOR
-        tokens += vocab.tokenize(snippets, False, False)
-    prefix = vocab.tokenize(body.input_prefix, False, False)
-    suffix = vocab.tokenize(body.input_suffix, False, False)
-    middle = vocab.tokenize(body.prompt, False, False)
-    take_prefix = min(len(prefix), 3 * (n_batch // 4))
-    take_suffix = min(len(suffix), max(0, n_batch // 4 - (2 + len(middle))))
-    prefix = prefix[len(prefix) - take_prefix:]
-    suffix = suffix[:take_suffix]
-    return [*tokens, special["fim_pre"], *prefix, special["fim_suf"], *suffix, special["fim_mid"], *middle]
+                  layout: InfillLayout) -> list[int]:
+    """llama-server's layout (its ``format_prompt_infill``): the repository context (FIM_REP and
+    FIM_SEP with file names, or snippet separators), then ``<FIM_PRE>prefix prompt<FIM_SUF>suffix
+    <FIM_MID>``, or with ``--spm-infill`` ``<FIM_SUF>suffix<FIM_PRE>prefix prompt<FIM_MID>``."""
+    def tokens(text: str) -> list[int]:
+        return vocab.tokenize(text, False, False)
+
+    context: list[int] = []
+    if "fim_rep" in special:
+        context += [special["fim_rep"], *tokens("myproject\n")]
+    for chunk in extra:
+        if "fim_sep" in special:
+            context += [special["fim_sep"], *tokens((chunk.filename or "tmp") + "\n")]
+        else:
+            context += tokens(SNIPPET_SEPARATOR)
+        context += tokens(chunk.text)
+    if "fim_sep" in special:
+        context += [special["fim_sep"], *tokens("filename\n")]
+    prefix, suffix, middle = tokens(body.input_prefix), tokens(body.input_suffix), tokens(body.prompt)
+    take_prefix = min(len(prefix), 3 * (layout.n_batch // 4))
+    take_suffix = min(len(suffix), max(0, layout.n_batch // 4 - (2 + len(middle))))
+    take_context = min(max(0, layout.n_ctx - layout.n_batch - 2 * layout.n_predict), len(context))
+    before = [special["fim_pre"], *prefix[len(prefix) - take_prefix:], *middle]
+    after = [special["fim_suf"], *suffix[:take_suffix]]
+    first, second = (after, before) if layout.spm else (before, after)
+    bos = [layout.bos] if layout.bos is not None else []
+    return [*context[len(context) - take_context:], *bos, *first, *second, special["fim_mid"]]
 
 
 def post_infill(ctx: ServerContext, request: ApiRequest) -> ApiReply:
     special = fim_tokens(ctx.engine.vocab)  # 501 first, as llama-server answers
     body = validate_body(InfillBody, request.json_object())
     extra = _extra(body.input_extra)
-    prompt = infill_prompt(ctx.engine.vocab, special, body, extra,
-                           min(ctx.settings.batch_size, ctx.engine.n_ctx_slot))
+    info = ctx.engine.info
+    layout = InfillLayout(n_batch=min(ctx.settings.batch_size, ctx.engine.n_ctx_slot), n_ctx=ctx.engine.n_ctx_slot,
+                          n_predict=ctx.settings.n_predict, spm=ctx.settings.spm_infill,
+                          bos=special.get("bos") if info.add_bos else None)
+    prompt = infill_prompt(ctx.engine.vocab, special, body, extra, layout)
     job = generation_request(ctx, body, prompt)
     copies = completions_count(body)
     group = JobGroup(ctx.engine, [job], copies)

@@ -123,8 +123,9 @@ def test_infill_lays_out_the_fim_prompt(fim_server: Server) -> None:
     pre, suf, mid = prompt.index("<filename>"), prompt.index("<gh_stars>"), prompt.index("<issue_start>")
     assert snippet < pre < suf < mid
     assert "--- snippet ---" in prompt
-    assert prompt.endswith("<issue_start>a")
-    assert prompt[pre + len("<filename>"):suf] == body["input_prefix"]
+    assert prompt.endswith("<issue_start>")  # llama-server's layout: the prompt follows the prefix
+    assert prompt[pre + len("<filename>"):suf] == str(body["input_prefix"]) + "a"
+    assert prompt[suf + len("<gh_stars>"):mid] == body["input_suffix"]
 
 
 @pytest.mark.parametrize(

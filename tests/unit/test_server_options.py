@@ -85,3 +85,13 @@ def test_the_cors_flags_reach_the_preflight_answer() -> None:
         assert "Access-Control-Allow-Origin" not in remote.headers
     finally:
         app.shutdown()
+
+
+def test_spm_infill_puts_the_suffix_first() -> None:
+    for flags, suffix_first in (((), False), (("--spm-infill",), True)):
+        app = make_application(*flags)
+        try:
+            prompt = post(app, "/infill", {"input_prefix": "PREFIX", "input_suffix": "SUFFIX", "n_predict": 1})["prompt"]
+            assert (prompt.index("SUFFIX") < prompt.index("PREFIX")) == suffix_first
+        finally:
+            app.shutdown()
