@@ -98,7 +98,7 @@ def fim_server(server_dir: Path) -> Iterator[Server]:
          "--special-token-by-id", "fim_mid", "8", "--force"],
         check=True, capture_output=True,
     )
-    server = start(server_dir, ["--model", str(model), "-np", "2", "-c", "2048"])
+    server = start(server_dir, ["--model", str(model), "-np", "2", "-c", "2048", "-b", "512"])  # room for context
     yield server
     assert server.stop() == 0, server.log()
 
