@@ -109,6 +109,9 @@ class ApiReply:
     # How an error in the middle of the stream is sent, from its error object; by default
     # ``data: {"error": {...}}``. (Anthropic streams send ``event: error`` with the bare object.)
     stream_error: Callable[[dict[str, Any]], SseEvent] | None = None
+    # An SSE comment (":") after this many seconds without an event, so that proxies and clients
+    # that time out idle connections keep the stream (llama-server's sse_ping_interval); 0: none.
+    ping_seconds: float = 0.0
 
     @classmethod
     def error(cls, exc: BaseException) -> ApiReply:

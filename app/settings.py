@@ -284,6 +284,9 @@ class Settings:
         "serve HTTPS: the PEM private key (with --ssl-cert-file)", env="LLAMA_ARG_SSL_KEY_FILE", metavar="FNAME")
     ssl_cert_file: str | None = option(("--ssl-cert-file",), "str", None,
         "serve HTTPS: the PEM certificate (with --ssl-key-file)", env="LLAMA_ARG_SSL_CERT_FILE", metavar="FNAME")
+    sse_ping_interval: int = option(("--sse-ping-interval",), "int", 30,
+        "seconds a stream may stay silent before an SSE comment is sent to keep it alive (-1: never); a "
+        "request's sse_ping_interval wins", env="LLAMA_ARG_SSE_PING_INTERVAL", minimum=-1, metavar="SECONDS")
     threads_http: int = option(("--threads-http",), "int", -1,
         "HTTP threads (-1 = max(parallel + 4, cores - 1))", env="LLAMA_ARG_THREADS_HTTP",
         minimum=-1)

@@ -105,7 +105,6 @@ TREATMENTS: dict[str, Treatment] = {
     "--cpu-mask-batch": CPU_PLACEMENT, "--cpu-range-batch": CPU_PLACEMENT, "--cpu-strict-batch": CPU_PLACEMENT,
     "--prio": CPU_PLACEMENT, "--prio-batch": CPU_PLACEMENT, "--poll": CPU_PLACEMENT, "--poll-batch": CPU_PLACEMENT,
     # the HTTP server
-    "--sse-ping-interval": _warn("no SSE keep-alive comments are sent here"),
     "--webui-config": _warn("the built-in web UI has no server-side settings"),
     "--webui-config-file": _warn("the built-in web UI has no server-side settings"),
     "--webui-mcp-proxy": _warn("the built-in web UI has no MCP proxy"),

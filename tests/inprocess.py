@@ -13,7 +13,7 @@ from flask.testing import FlaskClient
 from app.engine.backend import Backend
 from app.settings import parse_settings
 from app.wiring import Application, build_application
-from tests.fakes import FakeBackend, FakeVocabulary, encode
+from tests.fakes import MARK, FakeBackend, FakeVocabulary, encode
 
 N_CTX_SEQ = 256
 JAPANESE = "日本語の文章です"  # 3 bytes a character; the fake vocabulary has a token a byte
@@ -23,8 +23,11 @@ TEMPLATE = "{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}<ass
 
 
 class FimVocabulary(FakeVocabulary):
+    """FIM tokens for /infill; FIM_MID, which ends an infill prompt, is the fake model's ">" (it
+    answers after it)."""
+
     def special_tokens(self) -> dict[str, int]:
-        return {"fim_pre": 3, "fim_suf": 4, "fim_mid": 5}
+        return {"fim_pre": 3, "fim_suf": 4, "fim_mid": MARK}
 
 
 def make_application(*args: str) -> Application:

@@ -20,7 +20,7 @@ from app.engine.errors import CancelledError, DecodeError, EngineError
 from app.engine.prompt_cache import PromptCache
 from app.engine.slots import ControlJob, EmbedJob, Job, Slot, SlotState
 from app.engine.stats import StatsRecorder
-from app.engine.types import Completion, FinishReason, MediaChunk, Timings
+from app.engine.types import Completion, FinishReason, MediaChunk, PromptProgress, Timings, TokenChunk
 
 log = logging.getLogger(__name__)
 
@@ -150,6 +150,7 @@ class Scheduler:
             keep = 0
         slot.start(job, self._sampler_for(job), keep)  # type: ignore[arg-type]
         self.stats.on_prompt_start(keep, restored)
+        self._report_progress(slot)
 
     def _use_prompt_cache(self, slot: Slot, job: Job, keep: int) -> tuple[int, bool]:
         """Before a job overwrites its slot's cells: keep them in the prompt cache, and restore a
@@ -267,11 +268,30 @@ class Scheduler:
                 self._decode(sub, [(owner, _rows(sub) - 1)] if sub[-1].logits else [])
             return
         self.stats.on_decode(_rows(batch), len(in_batch))
+        for slot in self.slots:
+            if slot.id in in_batch and slot.state is SlotState.PREFILL:
+                self._report_progress(slot)
         for slot, index in outputs:
             if slot.state is SlotState.PREFILL:
                 self._prompt_done(slot, index)
             else:
                 self._take_token(slot, index)
+
+    def _report_progress(self, slot: Slot) -> None:
+        """llama-server's prompt progress (``return_progress``): when the prompt starts and after each
+        decode that takes part of it; a chunk of no text."""
+        job = slot.job
+        if job is None or not job.request.return_progress or slot.state is not SlotState.PREFILL:
+            return
+        progress = PromptProgress(total=slot.n_prompt, cache=slot.cache_n, processed=len(slot.cached),
+                                  time_ms=int((time.perf_counter() - slot.t_start) * 1000))
+        job.emit(TokenChunk("", (), 0, slot.id, progress=progress))
+
+    def _timings(self, slot: Slot, n_predicted: int) -> Timings:
+        end = slot.t_last or time.perf_counter()
+        return Timings(cache_n=slot.cache_n, prompt_n=slot.n_prompt - slot.cache_n,
+                       prompt_ms=((slot.t_prompt_done or end) - slot.t_start) * 1000.0, predicted_n=n_predicted,
+                       predicted_ms=(end - slot.t_prompt_done) * 1000.0 if slot.t_prompt_done else 0.0)
 
     def _drop_cancelled(self) -> None:
         for slot in self.slots:
@@ -325,6 +345,8 @@ class Scheduler:
             return
         chunk = slot.generation.chunk(slot.id)
         if chunk is not None:
+            if request.timings_per_token:
+                chunk = replace(chunk, timings=self._timings(slot, len(slot.generation.tokens)))
             slot.job.emit(chunk)
 
     def _shift_context(self, slot: Slot) -> bool:
@@ -347,13 +369,11 @@ class Scheduler:
                 deadline: bool = False) -> None:
         assert slot.job is not None and slot.generation is not None
         generation = slot.generation
+        timings = self._timings(slot, len(generation.tokens))
         chunk = generation.chunk(slot.id, final=True)
         if chunk is not None:
-            slot.job.emit(chunk)
-        end = slot.t_last or time.perf_counter()
-        predicted_ms = (end - slot.t_prompt_done) * 1000.0 if slot.t_prompt_done else 0.0
-        prompt_ms = ((slot.t_prompt_done or end) - slot.t_start) * 1000.0
-        self.stats.on_generation_done(len(generation.tokens), predicted_ms / 1000.0)
+            slot.job.emit(replace(chunk, timings=timings) if slot.job.request.timings_per_token else chunk)
+        self.stats.on_generation_done(len(generation.tokens), timings.predicted_ms / 1000.0)
         job = slot.job
         completion = Completion(
             text=generation.text,
@@ -364,13 +384,7 @@ class Scheduler:
             n_prompt=slot.n_prompt,
             n_cached_after=len(slot.cached),
             id_slot=slot.id,
-            timings=Timings(
-                cache_n=slot.cache_n,
-                prompt_n=slot.n_prompt - slot.cache_n,
-                prompt_ms=prompt_ms,
-                predicted_n=len(generation.tokens),
-                predicted_ms=predicted_ms,
-            ),
+            timings=timings,
             probs=tuple(generation.probs),
             deadline_exceeded=deadline,
         )

@@ -120,6 +120,8 @@ class GenerationRequest:
     lora: tuple[float, ...] | None = None  # adapter scales; None: the global scales at submit time
     deadline: float | None = None  # time.monotonic() by which it ends, whatever it has generated
     media: tuple[MediaChunk, ...] = ()  # in prompt order
+    timings_per_token: bool = False  # every chunk carries the timings so far
+    return_progress: bool = False  # prompt-processing progress as chunks of no text
 
     def text_tokens(self) -> list[int]:
         """The prompt without its media rows."""
@@ -154,6 +156,8 @@ class TokenChunk:
     n_predicted: int
     id_slot: int
     probs: tuple[TokenProbs, ...] = ()
+    timings: Timings | None = None  # with the request's timings_per_token
+    progress: PromptProgress | None = None  # a progress event (no text), with the request's return_progress
 
 
 @dataclass(frozen=True)
@@ -163,6 +167,17 @@ class Timings:
     prompt_ms: float
     predicted_n: int
     predicted_ms: float
+
+
+@dataclass(frozen=True)
+class PromptProgress:
+    """llama-server's ``prompt_progress``: prompt tokens in all, from the cache, in the cells now
+    (the cached ones included), and milliseconds since the prompt started."""
+
+    total: int
+    cache: int
+    processed: int
+    time_ms: int
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from app.handlers.chat_pipeline import (
     run_chat,
     submit_chat,
 )
-from app.handlers.generation import stream_reply
+from app.handlers.generation import ping_interval, stream_reply
 from app.handlers.params import validate_body
 from app.handlers.shapes import merged_timings, openai_envelope, random_id, timings_body, usage_body
 from app.handlers.tools import plan_tools
@@ -53,7 +53,8 @@ def post_chat_completions(ctx: ServerContext, request: ApiRequest) -> ApiReply:
     response_id = random_id("chatcmpl-")
     if body.stream:
         return stream_reply(submit_chat(ctx, prepared), request.should_stop, lambda stream: _chat_stream(
-            ctx, chat_deltas(ctx, prepared, stream), prepared.copies, response_id, body.include_usage()))
+            ctx, chat_deltas(ctx, prepared, stream, progress=True), prepared.copies, response_id, body.include_usage()),
+            ping_seconds=ping_interval(ctx.settings.sse_ping_interval, body.sse_ping_interval))
     choices = run_chat(ctx, prepared, request.should_stop)
     results = [choice.completion for choice in choices]
     reply = openai_envelope(ctx, "chat.completion", response_id)
@@ -83,6 +84,10 @@ def _chat_stream(
     started: set[int] = set()
     for delta in deltas:
         index = delta.index
+        if delta.progress:  # as llama-server: the opening delta, with prompt_progress
+            yield SseEvent(chunk([{"finish_reason": None, "index": index,
+                                   "delta": {"role": "assistant", "content": None}}]) | delta.extras)
+            continue
         if index not in started:
             started.add(index)
             yield SseEvent(chunk([{"finish_reason": None, "index": index,
@@ -98,7 +103,7 @@ def _chat_stream(
             piece: dict[str, Any] = {"finish_reason": None, "index": index, "delta": content}
             if delta.logprobs:
                 piece["logprobs"] = {"content": delta.logprobs}
-            yield SseEvent(chunk([piece]))
+            yield SseEvent(chunk([piece]) | delta.extras)
         if delta.choice is None:
             continue
         finished.append(delta.choice)

@@ -19,7 +19,7 @@ from app.handlers.generation import JobGroup, Streamed
 from app.handlers.media import SOURCE_FIELD, MediaItem, decode_base64, media_from_url, media_marker, tokenize_with_media
 from app.handlers.params import GenerationFields, completions_count, generation_request, grammar_for
 from app.handlers.reasoning import FORMATS, OPEN, ReasoningStream, split_reasoning
-from app.handlers.shapes import finish_reason, probability_entries, probs_within_text
+from app.handlers.shapes import chunk_extras, finish_reason, probability_entries, probs_within_text
 from app.handlers.tools import (
     ToolCall,
     ToolChoice,
@@ -290,6 +290,8 @@ class ChatDelta:
     tool_calls: list[ToolCall] = field(default_factory=list)
     logprobs: list[dict[str, Any]] | None = None
     choice: ChatChoice | None = None
+    extras: dict[str, Any] = field(default_factory=dict)  # timings, prompt_progress (app/handlers/shapes.py)
+    progress: bool = False  # a prompt-progress event: no text
 
 
 class _ToolGate:
@@ -331,8 +333,10 @@ def submit_chat(ctx: ServerContext, prepared: PreparedChat) -> JobGroup:
     return JobGroup(ctx.engine, [prepared.request], prepared.copies)
 
 
-def chat_deltas(ctx: ServerContext, prepared: PreparedChat, stream: Iterator[Streamed]) -> Iterator[ChatDelta]:
-    """A chat's stream as reasoning and content pieces as they come; tool calls once complete."""
+def chat_deltas(ctx: ServerContext, prepared: PreparedChat, stream: Iterator[Streamed],
+                progress: bool = False) -> Iterator[ChatDelta]:
+    """A chat's stream as reasoning and content pieces as they come; tool calls once complete.
+    Prompt-progress events become deltas of their own where the dialect shows them (``progress``)."""
     splitters: dict[int, ReasoningStream] = {}
     gates: dict[int, _ToolGate] = {}
     for item in stream:
@@ -340,9 +344,13 @@ def chat_deltas(ctx: ServerContext, prepared: PreparedChat, stream: Iterator[Str
         splitter = splitters.setdefault(index, ReasoningStream(prepared.reasoning_format, prepared.opened_thinking))
         gate = gates.setdefault(index, _ToolGate(prepared.plan))
         if isinstance(event, TokenChunk):
+            if event.progress is not None:
+                if progress:
+                    yield ChatDelta(index, extras=chunk_extras(event), progress=True)
+                continue
             reasoning, content = splitter.feed(event.text)
             yield ChatDelta(index, reasoning, gate.feed(content),
-                            logprobs=_logprob_entries(ctx, prepared, event.probs))
+                            logprobs=_logprob_entries(ctx, prepared, event.probs), extras=chunk_extras(event))
             continue
         reasoning, content = splitter.feed("", final=True)
         content = gate.feed(content) + gate.release()

@@ -11,11 +11,12 @@ from app.api import ApiReply, ApiRequest, SseEvent
 from app.context import ServerContext
 from app.engine import Completion, GenerationRequest, TokenChunk
 from app.errors import InvalidRequestError
-from app.handlers.generation import JobGroup, Streamed, stream_reply
+from app.handlers.generation import JobGroup, Streamed, ping_interval, stream_reply
 from app.handlers.media import prompt_object
 from app.handlers.params import GenerationFields, completions_count, generation_request, validate_body
 from app.handlers.prompts import split_prompts, tokenize_prompt
 from app.handlers.shapes import (
+    chunk_extras,
     finish_reason,
     legacy_logprobs,
     merged_timings,
@@ -92,7 +93,8 @@ def post_completion(ctx: ServerContext, request: ApiRequest) -> ApiReply:
     group = JobGroup(ctx.engine, requests, copies)
     if body.stream:
         return stream_reply(group, request.should_stop,
-                            lambda stream: native_stream(ctx, stream, requests, copies))
+                            lambda stream: native_stream(ctx, stream, requests, copies),
+                            ping_seconds=ping_interval(ctx.settings.sse_ping_interval, body.sse_ping_interval))
     results = group.results(request.should_stop)
     finals = [
         _project(native_body(ctx, requests[index // copies], result, index, False, body.return_tokens),
@@ -118,11 +120,11 @@ def native_stream(
                 "tokens_predicted": event.n_predicted,
                 "tokens_evaluated": len(job_request.prompt),
             }
-            if job_request.sampling.n_probs > 0:
+            if job_request.sampling.n_probs > 0 and event.progress is None:
                 chunk["completion_probabilities"] = probability_entries(
                     ctx.engine.vocab, event.probs, job_request.sampling.post_sampling_probs
                 )
-            yield SseEvent(chunk)
+            yield SseEvent(chunk | chunk_extras(event))
         else:
             yield SseEvent(native_final(ctx, job_request, event, item.index, True, False))
 
@@ -178,6 +180,7 @@ def _openai_stream(
                 "logprobs": _choice_logprobs(ctx, requests[item.index // copies], event.probs),
                 "finish_reason": None,
             }]
+            chunk |= chunk_extras(event)
         else:
             results[item.index] = event
             chunk["choices"] = [{"text": "", "index": item.index, "logprobs": None,

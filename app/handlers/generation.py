@@ -102,11 +102,21 @@ def stream_reply(
     should_stop: Callable[[], bool],
     render: Callable[[Iterator[Streamed]], Iterator[SseEvent]],
     stream_error: Callable[[dict[str, Any]], SseEvent] | None = None,
+    ping_seconds: float = 0.0,
 ) -> ApiReply:
     """The reply of every streaming route. The jobs are submitted (the group) and their first event
     has arrived before the reply exists, so that what fails early (a prompt over the context, the
-    first decode) is a plain HTTP error with its status, never a 200 and an error event."""
-    return ApiReply(stream=render(started_stream(group, should_stop)), stream_error=stream_error)
+    first decode) is a plain HTTP error with its status, never a 200 and an error event.
+    ``ping_seconds``: see :func:`ping_interval`."""
+    return ApiReply(stream=render(started_stream(group, should_stop)), stream_error=stream_error,
+                    ping_seconds=ping_seconds)
+
+
+def ping_interval(default: int, requested: int | None) -> float:
+    """Seconds of silence after which a stream sends an SSE comment: the request's
+    ``sse_ping_interval``, else ``--sse-ping-interval``; 0 or less: never."""
+    seconds = default if requested is None else requested
+    return float(max(seconds, 0))
 
 
 def started_stream(group: JobGroup, should_stop: Callable[[], bool]) -> Iterator[Streamed]:

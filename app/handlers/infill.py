@@ -12,7 +12,7 @@ from app.context import ServerContext
 from app.engine import Vocabulary
 from app.errors import InvalidRequestError, NotSupportedError
 from app.handlers.completions import native_body, native_stream
-from app.handlers.generation import JobGroup, stream_reply
+from app.handlers.generation import JobGroup, ping_interval, stream_reply
 from app.handlers.params import GenerationFields, completions_count, generation_request, validate_body
 
 SNIPPET_SEPARATOR = "\n\n--- snippet ---\n\n"
@@ -110,7 +110,8 @@ def post_infill(ctx: ServerContext, request: ApiRequest) -> ApiReply:
     copies = completions_count(body)
     group = JobGroup(ctx.engine, [job], copies)
     if body.stream:
-        return stream_reply(group, request.should_stop, lambda stream: native_stream(ctx, stream, [job], copies))
+        return stream_reply(group, request.should_stop, lambda stream: native_stream(ctx, stream, [job], copies),
+                            ping_seconds=ping_interval(ctx.settings.sse_ping_interval, body.sse_ping_interval))
     results = group.results(request.should_stop)
     finals = [native_body(ctx, job, result, index, False, body.return_tokens) for index, result in enumerate(results)]
     return ApiReply(body=finals[0] if len(finals) == 1 else finals)

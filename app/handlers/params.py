@@ -108,6 +108,9 @@ class GenerationFields(SamplingOverrides):
     grammar: str | None = None
     json_schema: dict[str, Any] | None = None
     lora: list[Any] | None = None
+    timings_per_token: bool = False
+    return_progress: bool = False  # streaming only, as llama-server
+    sse_ping_interval: int | None = Field(None, ge=-1)  # seconds; -1: no pings; default --sse-ping-interval
 
     def requested_n_predict(self) -> int:
         for value in (self.n_predict, self.max_completion_tokens, self.max_tokens):
@@ -224,4 +227,6 @@ def generation_request(
         t_max_predict_ms=fields.t_max_predict_ms,
         lora=lora,
         media=media,
+        timings_per_token=fields.timings_per_token,
+        return_progress=fields.return_progress and fields.stream,
     )

@@ -23,7 +23,7 @@ from app.handlers.chat_pipeline import (
     run_chat,
     submit_chat,
 )
-from app.handlers.generation import stream_reply
+from app.handlers.generation import ping_interval, stream_reply
 from app.handlers.media import SOURCE_FIELD
 from app.handlers.params import validate_body
 from app.handlers.shapes import random_id
@@ -269,7 +269,8 @@ def post_responses(ctx: ServerContext, request: ApiRequest) -> ApiReply:
     if body.stream:
         return stream_reply(submit_chat(ctx, prepared), request.should_stop,
                             lambda stream: _stream(ctx, body, prepared, chat_deltas(ctx, prepared, stream), ids,
-                                                   created))
+                                                   created),
+                            ping_seconds=ping_interval(ctx.settings.sse_ping_interval, None))
     choice = run_chat(ctx, prepared, request.should_stop)[0]
     return ApiReply(body=_finished(ctx, ids, body, created, choice, prepared.n_prompt))
 

@@ -9,7 +9,7 @@ from dataclasses import asdict
 from typing import Any
 
 from app.context import ServerContext
-from app.engine import Completion, FinishReason, GenerationRequest, Timings, Vocabulary
+from app.engine import Completion, FinishReason, GenerationRequest, Timings, TokenChunk, Vocabulary
 from app.engine.types import TokenProbs
 
 _ALPHANUMERIC = string.ascii_letters + string.digits
@@ -17,6 +17,17 @@ _ALPHANUMERIC = string.ascii_letters + string.digits
 
 def random_id(prefix: str) -> str:
     return prefix + "".join(secrets.choice(_ALPHANUMERIC) for _ in range(32))
+
+
+def chunk_extras(event: TokenChunk) -> dict[str, Any]:
+    """What a streamed chunk carries besides its text: ``timings`` (``timings_per_token``) and
+    ``prompt_progress`` (``return_progress``), as llama-server adds them to every dialect's chunk."""
+    extras: dict[str, Any] = {}
+    if event.timings is not None:
+        extras["timings"] = timings_body(event.timings)
+    if event.progress is not None:
+        extras["prompt_progress"] = asdict(event.progress)
+    return extras
 
 
 def timings_body(timings: Timings) -> dict[str, Any]:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import logging
+import queue
+import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -31,26 +33,69 @@ def default_stream_error(error: dict[str, Any]) -> SseEvent:
     return SseEvent({"error": error})
 
 
-def sse_body(events: Iterator[SseEvent], on_error: Callable[[dict[str, Any]], SseEvent] | None = None
-             ) -> Iterator[str]:
-    """Write events; an error once the stream has started is sent as one error event, then the
-    stream ends (headers cannot change any more)."""
+PING = ":\n\n"  # an SSE comment: clients ignore it, idle-connection timeouts see traffic
+
+
+def with_pings(events: Iterator[SseEvent], seconds: float) -> Iterator[SseEvent | None]:
+    """``events``, with a None (a ping) whenever none has come for ``seconds``. The events are
+    pulled on a thread of their own, which ends with them (or at the first pull after this
+    iterator is closed); their errors are raised here."""
+    arrived: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
+    closed = threading.Event()
+
+    def pull() -> None:
+        try:
+            for event in events:
+                arrived.put(("event", event))
+                if closed.is_set():
+                    break
+            arrived.put(("end", None))
+        except BaseException as exc:  # handed to the reader
+            arrived.put(("error", exc))
+        finally:
+            close = getattr(events, "close", None)
+            if close is not None:
+                close()
+
+    threading.Thread(target=pull, name="sse-events", daemon=True).start()
     try:
-        for event in events:
-            yield sse_line(event)
+        while True:
+            try:
+                kind, value = arrived.get(timeout=seconds)
+            except queue.Empty:
+                yield None
+                continue
+            if kind == "end":
+                return
+            if kind == "error":
+                raise value
+            yield value
+    finally:
+        closed.set()
+
+
+def sse_body(events: Iterator[SseEvent], on_error: Callable[[dict[str, Any]], SseEvent] | None = None,
+             ping_seconds: float = 0.0) -> Iterator[str]:
+    """Write events; an error once the stream has started is sent as one error event, then the
+    stream ends (headers cannot change any more). With ``ping_seconds``, a comment whenever no
+    event has come for that long."""
+    source: Iterator[SseEvent | None] = with_pings(events, ping_seconds) if ping_seconds > 0 else events
+    try:
+        for event in source:
+            yield PING if event is None else sse_line(event)
     except Exception as exc:
         if not is_expected(exc):
             log.exception("error in the middle of a stream")
         yield sse_line((on_error or default_stream_error)(error_object(exc)))
     finally:
-        close = getattr(events, "close", None)
+        close = getattr(source, "close", None)
         if close is not None:
             close()
 
 
 def to_response(reply: ApiReply) -> Response:
     if reply.stream is not None:
-        response = Response(sse_body(reply.stream, reply.stream_error), status=reply.status,
+        response = Response(sse_body(reply.stream, reply.stream_error, reply.ping_seconds), status=reply.status,
                             mimetype="text/event-stream")
         response.headers["Cache-Control"] = "no-cache"
         response.headers["X-Accel-Buffering"] = "no"

@@ -1,0 +1,48 @@
+"""llama-server's streaming fields on the real model: return_progress reports a long prompt in
+the batches it is decoded in, and timings_per_token puts the timings on every chunk."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+
+from tests.integration.conftest import Server, start
+
+LONG = "The quick brown fox jumps over the lazy dog. " * 30
+
+
+@pytest.fixture(scope="module")
+def small_batches(server_dir: Path) -> Iterator[Server]:
+    server = start(server_dir, ["-np", "1", "-c", "1024", "-b", "64", "-ub", "64"])
+    yield server
+    assert server.stop() == 0, server.log()
+
+
+def stream(server: Server, body: dict[str, Any]) -> list[dict[str, Any]]:
+    with requests.post(server.url("/completion"), json={"stream": True, **body}, stream=True, timeout=120) as reply:
+        assert reply.status_code == 200
+        return [json.loads(line[6:]) for line in reply.iter_lines(decode_unicode=True)
+                if line.startswith("data: {")]
+
+
+def test_progress_follows_the_prompt_through_its_batches(small_batches: Server) -> None:
+    events = stream(small_batches, {"prompt": LONG, "n_predict": 4, "return_progress": True, "cache_prompt": False})
+    progress = [event["prompt_progress"] for event in events if "prompt_progress" in event]
+    total = progress[0]["total"]
+    assert total > 300 and progress[0]["processed"] == 0
+    processed = [step["processed"] for step in progress]
+    assert processed == sorted(processed) and processed[-1] == total
+    assert len(progress) >= total // 64  # one report a batch of 64
+    assert all(step["time_ms"] >= 0 for step in progress) and progress[-1]["time_ms"] >= progress[0]["time_ms"]
+
+
+def test_timings_per_token_counts_the_tokens_so_far(small_batches: Server) -> None:
+    events = stream(small_batches, {"prompt": "Once upon a time", "n_predict": 8, "ignore_eos": True,
+                                    "timings_per_token": True})
+    counts = [event["timings"]["predicted_n"] for event in events if not event["stop"]]
+    assert counts == sorted(counts) and counts[-1] == 8
