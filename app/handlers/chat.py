@@ -19,7 +19,15 @@ from app.handlers.chat_pipeline import (
 )
 from app.handlers.generation import ping_interval, stream_reply
 from app.handlers.params import validate_body
-from app.handlers.shapes import merged_timings, openai_envelope, random_id, timings_body, usage_body
+from app.handlers.shapes import (
+    merged_timings,
+    native_final,
+    openai_envelope,
+    random_id,
+    timings_body,
+    usage_body,
+    verbose_answer,
+)
 from app.handlers.tools import plan_tools
 
 
@@ -69,6 +77,8 @@ def post_chat_completions(ctx: ServerContext, request: ApiRequest) -> ApiReply:
     ]
     reply["usage"] = usage_body(results, prepared.copies)
     reply["timings"] = merged_timings(results)
+    if verbose_answer(ctx, body):
+        reply["__verbose"] = native_final(ctx, prepared.request, results[0], 0, False, False)
     return ApiReply(body=reply)
 
 

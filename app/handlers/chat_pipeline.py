@@ -69,6 +69,7 @@ class ResponseFormat(BaseModel):
 class ChatBody(GenerationFields):
     messages: list[ChatMessage] = Field(min_length=1)
     add_generation_prompt: bool = True
+    continue_final_message: bool | str | None = None  # true, "content" or "reasoning_content": continue it
     chat_template_kwargs: dict[str, Any] | None = None
     tools: list[ToolSpec] | None = None
     tool_choice: ToolChoice | None = None
@@ -145,12 +146,31 @@ def render_prompt(ctx: ServerContext, body: ChatBody, plan: ToolPlan | None = No
     messages = messages_for_template(template_messages(ctx, body, collected), plan, renders_tools)
     tools = [tool.model_dump(exclude_none=True) for tool in plan.tools] if plan and renders_tools else None
     kwargs = {**ctx.settings.template_kwargs, **(body.chat_template_kwargs or {})} or None
-    if messages[-1]["role"] == "assistant" and body.add_generation_prompt:
-        if len(messages) > 1 and messages[-2]["role"] == "assistant":
-            raise InvalidRequestError("Field 'messages': cannot have two assistant messages at the end")
+    if _continues(body, messages):
+        if messages[-1]["role"] != "assistant":
+            return template.render(messages, False, tools, kwargs)
         head = template.render(messages[:-1], True, tools, kwargs)
         return head + str(messages[-1]["content"])
     return template.render(messages, body.add_generation_prompt, tools, kwargs)
+
+
+def _continues(body: ChatBody, messages: list[dict[str, Any]]) -> bool:
+    """Whether the final message is continued rather than answered, as llama-server decides: asked by
+    ``continue_final_message`` (with ``add_generation_prompt`` false), or a trailing assistant message
+    (a prefill)."""
+    asked = body.continue_final_message is True or body.continue_final_message in ("content", "reasoning_content")
+    last = messages[-1]
+    if not asked and last["role"] == "assistant":
+        if len(messages) > 1 and messages[-2]["role"] == "assistant":
+            raise InvalidRequestError("Field 'messages': cannot have two assistant messages at the end")
+        return True
+    if asked and body.add_generation_prompt:
+        raise InvalidRequestError("Field 'continue_final_message': cannot set both add_generation_prompt and "
+                                  "continue_final_message to true (set add_generation_prompt to false)")
+    if asked and last["role"] == "assistant" and last.get("tool_calls"):
+        raise InvalidRequestError("Field 'continue_final_message': cannot continue an assistant message that "
+                                  "contains tool calls")
+    return asked
 
 
 def _format_schema(body: ChatBody) -> tuple[bool, Any]:

@@ -27,6 +27,7 @@ from app.handlers.shapes import (
     random_id,
     timings_body,
     usage_body,
+    verbose_answer,
 )
 
 
@@ -157,6 +158,8 @@ def post_openai_completions(ctx: ServerContext, request: ApiRequest) -> ApiReply
     ]
     reply["usage"] = usage_body(results, copies)
     reply["timings"] = merged_timings(results)
+    if verbose_answer(ctx, body):
+        reply["__verbose"] = native_final(ctx, requests[0], results[0], 0, False, False)
     return ApiReply(body=reply)
 
 

@@ -110,6 +110,7 @@ class GenerationFields(SamplingOverrides):
     lora: list[Any] | None = None
     timings_per_token: bool = False
     return_progress: bool = False  # streaming only, as llama-server
+    verbose: bool | None = None  # OpenAI answers carry "__verbose" (the native answer); default: -v
     sse_ping_interval: int | None = Field(None, ge=-1)  # seconds; -1: no pings; default --sse-ping-interval
 
     def requested_n_predict(self) -> int:

@@ -140,6 +140,13 @@ def _prompt_text(ctx: ServerContext, request: GenerationRequest) -> str:
     )
 
 
+def verbose_answer(ctx: ServerContext, fields: Any) -> bool:
+    """Whether an OpenAI-shaped answer carries llama-server's ``__verbose`` debug field (the native
+    answer): the request's ``verbose``, else the server's ``-v``."""
+    requested = getattr(fields, "verbose", None)
+    return bool(ctx.settings.verbose if requested is None else requested)
+
+
 def native_final(
     ctx: ServerContext,
     request: GenerationRequest,

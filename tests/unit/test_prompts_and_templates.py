@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from app.chat_template import CHATML, ChatTemplate, TemplateChoice, TemplateError, choose_template
@@ -79,3 +81,24 @@ def test_builtin_templates_go_to_llama_cpp() -> None:
     template = ChatTemplate(TemplateChoice(None, "llama3"), "", "", record)
     assert template.render([{"role": "user", "content": "x"}], True) == "rendered"
     assert seen[-1] == ("llama3", [("user", "x")], True)
+
+
+def test_continue_final_message_as_llama_server(client: Any) -> None:
+    """continue_final_message continues the last message (with add_generation_prompt false, else a
+    400, as llama-server); a trailing assistant message is a prefill either way."""
+    history = [{"role": "user", "content": "Tell me a story"}, {"role": "assistant", "content": "Once upon"}]
+
+    def rendered(**fields: Any) -> Any:
+        return client.post("/apply-template", json={"messages": history, **fields})
+
+    for fields in ({}, {"add_generation_prompt": False},
+                   {"continue_final_message": True, "add_generation_prompt": False},
+                   {"continue_final_message": "content", "add_generation_prompt": False}):
+        reply = rendered(**fields)
+        assert reply.status_code == 200 and reply.json["prompt"].endswith("<assistant>Once upon"), fields
+    both = rendered(continue_final_message=True)
+    assert both.status_code == 400 and "add_generation_prompt" in both.json["error"]["message"]
+    history[-1] = {"role": "assistant", "content": None,
+                   "tool_calls": [{"id": "1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]}
+    calls = rendered(continue_final_message=True, add_generation_prompt=False)
+    assert calls.status_code == 400 and "tool calls" in calls.json["error"]["message"]

@@ -95,3 +95,18 @@ def test_spm_infill_puts_the_suffix_first() -> None:
             assert (prompt.index("SUFFIX") < prompt.index("PREFIX")) == suffix_first
         finally:
             app.shutdown()
+
+
+def test_verbose_answers_carry_the_native_answer() -> None:
+    """llama-server's __verbose: the request's verbose, else the server's -v."""
+    quiet, loud = make_application(), make_application("-v")
+    try:
+        chat = {"messages": [{"role": "user", "content": PROMPT}], "max_tokens": 4}
+        assert "__verbose" not in post(quiet, "/v1/chat/completions", chat)
+        asked = post(quiet, "/v1/chat/completions", {**chat, "verbose": True})["__verbose"]
+        assert asked["tokens_predicted"] == 4 and "generation_settings" in asked and asked["stop"] is True
+        assert "__verbose" in post(loud, "/v1/completions", {"prompt": PROMPT, "max_tokens": 2})
+        assert "__verbose" not in post(loud, "/v1/completions", {"prompt": PROMPT, "max_tokens": 2, "verbose": False})
+    finally:
+        quiet.shutdown()
+        loud.shutdown()
