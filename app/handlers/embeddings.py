@@ -20,7 +20,7 @@ from app.engine import EmbeddingResult
 from app.errors import InvalidRequestError
 from app.handlers.generation import wait_for
 from app.handlers.params import validate_body
-from app.handlers.prompts import tokenize_prompt
+from app.handlers.prompts import is_single_prompt, tokenize_prompt
 
 
 def normalize(vector: list[float], norm: int) -> list[float]:
@@ -41,31 +41,52 @@ def embed(ctx: ServerContext, inputs: Sequence[Sequence[int]], should_stop: Call
     return wait_for(ctx.engine.submit_embeddings(inputs).outcome, should_stop)
 
 
+def _content_text(content: Any, field: str) -> str:
+    """An OpenAI content entry's text (``{"content": "..."}`` or text parts)."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list) and all(isinstance(part, dict) for part in content):
+        texts = []
+        for number, part in enumerate(content):
+            if part.get("type", "text") != "text" or not isinstance(part.get("text"), str):
+                raise InvalidRequestError(f"Field '{field}.{number}': only text parts are embedded here (no "
+                                          "projector in the embedding context)")
+            texts.append(part["text"])
+        return "\n".join(texts)
+    raise InvalidRequestError(f"Field '{field}': must be a string or an array of text parts")
+
+
 def _input_tokens(ctx: ServerContext, raw: Any, field: str) -> list[list[int]]:
-    """A string, a list of strings, token ids, or a list of token lists."""
+    """llama-server's input shapes: one prompt (a string, token ids, or ids mixed with strings), a
+    list of them, or OpenAI content entries (``{"content": ...}``)."""
     vocab = ctx.engine.vocab
-    if isinstance(raw, str):
-        items: list[Any] = [raw]
-    elif isinstance(raw, list) and raw and all(isinstance(x, int) and not isinstance(x, bool) for x in raw):
-        items = [raw]
-    elif isinstance(raw, list):
-        items = raw
-    else:
-        raise InvalidRequestError(f"Field '{field}': must be a string, a list of strings or token ids")
-    if not items:
-        raise InvalidRequestError(f"Field '{field}': Input content cannot be empty")
+    if isinstance(raw, list) and not raw:
+        raise InvalidRequestError(f"Field '{field}': must not be empty")
+    single = is_single_prompt(raw) or (isinstance(raw, dict) and "content" in raw)
+    if not single and not isinstance(raw, list):
+        raise InvalidRequestError(f"Field '{field}': must be a string, token ids, or a list of them")
+    items: list[Any] = [raw] if single else raw
     tokens = []
     for number, item in enumerate(items):
-        if isinstance(item, str):
-            ids = vocab.tokenize(item, True, True)
-        elif isinstance(item, list) and all(isinstance(x, int) and not isinstance(x, bool) for x in item):
-            ids = tokenize_prompt(vocab, item, False)
+        where = field if single else f"{field}.{number}"
+        if isinstance(item, dict) and "content" in item:
+            ids = vocab.tokenize(_content_text(item["content"], f"{where}.content"), True, True)
+        elif isinstance(item, str | list) and is_single_prompt(item):
+            ids = tokenize_prompt(vocab, item, True)
         else:
-            raise InvalidRequestError(f"Field '{field}.{number}': must be a string or a list of token ids")
+            raise InvalidRequestError(f"Field '{where}': must be a string, token ids (with strings), or "
+                                      '{"content": ...}')
         if not ids:
-            raise InvalidRequestError(f"Field '{field}.{number}': Input content cannot be empty")
+            raise InvalidRequestError(f"Field '{where}': Input content cannot be empty")
         tokens.append(ids)
     return tokens
+
+
+def _native_answer(ctx: ServerContext, result: EmbeddingResult, norm: int) -> ApiReply:
+    return ApiReply(body=[
+        {"index": index, "embedding": [normalize(row, norm) for row in vectors]}
+        for index, vectors in enumerate(result.vectors)
+    ])
 
 
 class NativeEmbeddingBody(BaseModel):
@@ -83,18 +104,17 @@ def post_embedding(ctx: ServerContext, request: ApiRequest) -> ApiReply:
     result = embed(ctx, _input_tokens(ctx, raw, "input" if body.input is not None else "content"),
                    request.should_stop)
     norm = ctx.settings.embd_normalize if body.embd_normalize is None else body.embd_normalize
-    return ApiReply(body=[
-        {"index": index, "embedding": [normalize(row, norm) for row in vectors]}
-        for index, vectors in enumerate(result.vectors)
-    ])
+    return _native_answer(ctx, result, norm)
 
 
 class OpenAIEmbeddingBody(BaseModel):
     model_config = ConfigDict(extra="allow")
-    input: Any
+    input: Any = None
+    content: Any = None  # llama-server: "content" instead of "input" gets the native answer
     model: str | None = None
     encoding_format: Literal["float", "base64"] = "float"
     dimensions: int | None = Field(None, ge=1)
+    embd_normalize: int | None = None  # default 2 (Euclidean), as llama-server's
 
 
 def _encode(vector: list[float], encoding: str) -> list[float] | str:
@@ -109,6 +129,12 @@ def post_openai_embeddings(ctx: ServerContext, request: ApiRequest) -> ApiReply:
     if body.dimensions is not None and body.dimensions != n_embd:
         raise InvalidRequestError(f"Field 'dimensions': this model's embeddings have {n_embd} dimensions; "
                                   "other sizes are not supported")
+    if body.input is None and body.content is None:
+        raise InvalidRequestError('"input" or "content" must be provided')
+    norm = 2 if body.embd_normalize is None else body.embd_normalize
+    if body.input is None:
+        return _native_answer(ctx, embed(ctx, _input_tokens(ctx, body.content, "content"), request.should_stop),
+                              ctx.settings.embd_normalize if body.embd_normalize is None else norm)
     result = embed(ctx, _input_tokens(ctx, body.input, "input"), request.should_stop)
     if result.pooling == "none":
         raise InvalidRequestError("Pooling type 'none' is not OAI compatible. Please use a different pooling type")
@@ -116,7 +142,7 @@ def post_openai_embeddings(ctx: ServerContext, request: ApiRequest) -> ApiReply:
     return ApiReply(body={
         "object": "list",
         "data": [{"object": "embedding", "index": index,
-                  "embedding": _encode(normalize(vectors[0], 2), body.encoding_format)}
+                  "embedding": _encode(normalize(vectors[0], norm), body.encoding_format)}
                  for index, vectors in enumerate(result.vectors)],
         "model": ctx.model_name,
         "usage": {"prompt_tokens": total, "total_tokens": total},
