@@ -115,6 +115,7 @@ class FakeBackend:
     state_reads: int = 0
     state_writes: int = 0
     media: Any = None  # a projector (tests/unit/test_media_scheduling.py gives one)
+    rerank_template: str | None = None
 
     @property
     def info(self) -> ModelInfo:
@@ -122,6 +123,7 @@ class FakeBackend:
             path="/models/fake.gguf", name="fake", vocab_type=2, n_vocab=self.vocab.n_vocab,
             n_ctx_train=1024, n_embd=8, n_params=1000, size=4000, bos_token="", eos_token="",
             add_bos=False, chat_template=None, description="fake", build_info="b0-fake",
+            rerank_template=self.rerank_template,
         )
 
     def decode(self, entries: Sequence[BatchEntry]) -> None:

@@ -4,6 +4,7 @@ random weights, and a LoRA adapter for the embedded SmolLM2 model."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import gguf
 import numpy as np
@@ -107,3 +108,15 @@ def make_lora(path: Path, base: Path, rank: int = 4, seed: int = 0, scale: float
     writer.write_tensors_to_file()
     writer.close()
     return path
+
+
+def with_metadata(source: Path, target: Path, values: dict[str, tuple[gguf.GGUFValueType, Any]]) -> Path:
+    """A copy of a GGUF model with metadata keys added or replaced (gguf's own copier)."""
+    from gguf.scripts.gguf_new_metadata import MetadataDetails, copy_with_new_metadata
+
+    reader = gguf.GGUFReader(source, "r")
+    arch = str(reader.fields[gguf.Keys.General.ARCHITECTURE].contents())
+    writer = gguf.GGUFWriter(str(target), arch=arch, endianess=reader.endianess)
+    copy_with_new_metadata(reader, writer, {key: MetadataDetails(kind, value) for key, (kind, value) in values.items()},
+                           [])
+    return target

@@ -33,6 +33,9 @@ class ModelInfo:
     build_info: str
     pooling: str = "unspecified"  # what the model declares; "rank" for a reranker
     ftype: str = ""  # the weights' file type (quantization), llama.cpp's name: "Q4_1", "Q4_K - Medium", ...
+    add_eos: bool = False  # the tokenizer ends an input with EOS (rerank prompts follow it)
+    add_sep: bool = False  # ... and separates a pair with SEP
+    rerank_template: str | None = None  # tokenizer.chat_template.rerank: "{query}" and "{document}" in a prompt
 
     def outside_vocabulary(self, tokens: Sequence[int]) -> list[int]:
         """The token ids of ``tokens`` that this model's vocabulary does not have (the one owner

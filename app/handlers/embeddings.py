@@ -153,18 +153,27 @@ class RerankBody(BaseModel):
     model_config = ConfigDict(extra="allow")
     query: Any = None
     documents: Any = None
+    texts: Any = None  # the TEI form (Hugging Face text-embeddings-inference): answered as a bare list
     top_n: int | None = Field(None, ge=1)
     return_text: bool = False
+    model: str | None = None
 
 
-def _rerank_inputs(ctx: ServerContext, query: str, documents: list[str]) -> list[list[int]]:
-    """llama-server's layout: [BOS] query [EOS] [SEP] document [EOS], for the tokens the model has."""
-    vocab = ctx.engine.vocab
+def rerank_inputs(ctx: ServerContext, query: str, documents: list[str]) -> list[list[int]]:
+    """llama-server's ``format_prompt_rerank``: the model's rerank template (``{query}``,
+    ``{document}``; causal rerankers bring one), else [BOS] query [EOS] [SEP] document [EOS], each
+    special token where the tokenizer adds it."""
+    vocab, info = ctx.engine.vocab, ctx.engine.info
+    if info.rerank_template is not None:
+        return [vocab.tokenize(info.rerank_template.replace("{query}", query).replace("{document}", document),
+                               False, True) for document in documents]
     special = vocab.special_tokens()
-    head = [special["bos"]] if "bos" in special else []
+    eos = special.get("eos", special.get("sep"))
+    head = [special["bos"]] if info.add_bos and "bos" in special else []
     head += vocab.tokenize(query, False, False)
-    head += [special[name] for name in ("eos", "sep") if name in special]
-    tail = [special["eos"]] if "eos" in special else []
+    head += [eos] if info.add_eos and eos is not None else []
+    head += [special["sep"]] if info.add_sep and "sep" in special else []
+    tail = [eos] if info.add_eos and eos is not None else []
     return [[*head, *vocab.tokenize(document, False, False), *tail] for document in documents]
 
 
@@ -174,21 +183,23 @@ def post_rerank(ctx: ServerContext, request: ApiRequest) -> ApiReply:
         raise InvalidRequestError('"query" must be provided')
     if not isinstance(body.query, str):
         raise InvalidRequestError('"query" must be a string')
-    documents = body.documents
+    tei = body.texts is not None  # llama-server: "texts" makes it the TEI form
+    documents = body.documents if body.documents is not None else body.texts
     if not isinstance(documents, list) or not documents or not all(isinstance(d, str) for d in documents):
         raise InvalidRequestError('"documents" must be a non-empty string array')
-    inputs = _rerank_inputs(ctx, body.query, documents)
-    result = embed(ctx, inputs, request.should_stop)
+    result = embed(ctx, rerank_inputs(ctx, body.query, documents), request.should_stop)
     scored = sorted(((vectors[0][0], index) for index, vectors in enumerate(result.vectors)),
                     key=lambda pair: (-pair[0], pair[1]))
     if body.top_n is not None:
         scored = scored[: body.top_n]
     results = []
     for score, index in scored:
-        item: dict[str, Any] = {"index": index, "relevance_score": score}
+        item: dict[str, Any] = {"index": index, "score" if tei else "relevance_score": score}
         if body.return_text:
-            item["document"] = {"text": documents[index]}
+            item.update({"text": documents[index]} if tei else {"document": {"text": documents[index]}})
         results.append(item)
+    if tei:
+        return ApiReply(body=results)
     total = sum(result.n_tokens)
-    return ApiReply(body={"model": ctx.model_name, "object": "list", "results": results,
+    return ApiReply(body={"model": body.model or ctx.model_name, "object": "list", "results": results,
                           "usage": {"prompt_tokens": total, "total_tokens": total}})

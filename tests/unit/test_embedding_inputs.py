@@ -28,7 +28,7 @@ def test_openai_content_entries_are_embedded_as_their_text(client: FlaskClient) 
     plain = embed(client, "/v1/embeddings", input="Hello")["data"]
     assert parts[0]["embedding"] == plain[0]["embedding"]
     image = client.post("/v1/embeddings", json={"input": {"content": [{"type": "image_url", "image_url": {}}]}})
-    assert image.status_code == 400 and "input.content.0" in image.json["error"]["message"]
+    assert image.status_code == 400 and "input.content.0" in image.get_json()["error"]["message"]
 
 
 def test_content_on_the_openai_route_answers_in_the_native_shape(client: FlaskClient) -> None:
@@ -36,7 +36,8 @@ def test_content_on_the_openai_route_answers_in_the_native_shape(client: FlaskCl
     assert isinstance(native, list) and native[0]["index"] == 0 and isinstance(native[0]["embedding"][0], list)
     assert native == embed(client, "/embedding", content="Hello")
     missing = client.post("/v1/embeddings", json={"model": "x"})
-    assert missing.status_code == 400 and '"input" or "content" must be provided' in missing.json["error"]["message"]
+    assert missing.status_code == 400
+    assert '"input" or "content" must be provided' in missing.get_json()["error"]["message"]
 
 
 @pytest.mark.parametrize("norm", [-1, 1, 2])
@@ -52,6 +53,7 @@ def test_embd_normalize_on_the_openai_route(client: FlaskClient, norm: int) -> N
 
 
 def test_empty_inputs_are_refused(client: FlaskClient) -> None:
-    for body in ({"input": []}, {"input": ""}, {"input": [""]}, {"input": {"nope": 1}}):
+    bodies: list[dict[str, Any]] = [{"input": []}, {"input": ""}, {"input": [""]}, {"input": {"nope": 1}}]
+    for body in bodies:
         response = client.post("/v1/embeddings", json=body)
-        assert response.status_code == 400 and "input" in response.json["error"]["message"], body
+        assert response.status_code == 400 and "input" in response.get_json()["error"]["message"], body

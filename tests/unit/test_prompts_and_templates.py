@@ -86,7 +86,8 @@ def test_builtin_templates_go_to_llama_cpp() -> None:
 def test_continue_final_message_as_llama_server(client: Any) -> None:
     """continue_final_message continues the last message (with add_generation_prompt false, else a
     400, as llama-server); a trailing assistant message is a prefill either way."""
-    history = [{"role": "user", "content": "Tell me a story"}, {"role": "assistant", "content": "Once upon"}]
+    history: list[dict[str, Any]] = [{"role": "user", "content": "Tell me a story"},
+                                     {"role": "assistant", "content": "Once upon"}]
 
     def rendered(**fields: Any) -> Any:
         return client.post("/apply-template", json={"messages": history, **fields})

@@ -91,7 +91,8 @@ def test_spm_infill_puts_the_suffix_first() -> None:
     for flags, suffix_first in (((), False), (("--spm-infill",), True)):
         app = make_application(*flags)
         try:
-            prompt = post(app, "/infill", {"input_prefix": "PREFIX", "input_suffix": "SUFFIX", "n_predict": 1})["prompt"]
+            body = {"input_prefix": "PREFIX", "input_suffix": "SUFFIX", "n_predict": 1}
+            prompt = post(app, "/infill", body)["prompt"]
             assert (prompt.index("SUFFIX") < prompt.index("PREFIX")) == suffix_first
         finally:
             app.shutdown()

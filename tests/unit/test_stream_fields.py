@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from typing import Any
 
 import pytest
@@ -103,6 +103,7 @@ def test_closing_a_pinged_stream_closes_its_source() -> None:
             closed.append(True)
 
     reader = with_pings(endless(), 1.0)
+    assert isinstance(reader, Generator)
     next(reader)
     reader.close()
     deadline = time.monotonic() + 10

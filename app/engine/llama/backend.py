@@ -256,6 +256,7 @@ class LlamaBackend:
         bos = lc.llama_vocab_bos(vocab)
         eos = lc.llama_vocab_eos(vocab)
         template = lc.llama_model_chat_template(self._model, None)
+        rerank = lc.llama_model_chat_template(self._model, b"rerank")
         return ModelInfo(
             path=path,
             name=model_meta(self._model, "general.name") or os.path.basename(path),
@@ -273,6 +274,9 @@ class LlamaBackend:
             build_info=f"b{lc.__version__}-llama-cpp-python",
             pooling=self._declared_pooling(),
             ftype=(lc.llama_ftype_name(lc.llama_model_ftype(self._model)) or b"").decode("utf-8", "replace"),
+            add_eos=bool(lc.llama_vocab_get_add_eos(vocab)),
+            add_sep=bool(lc.llama_vocab_get_add_sep(vocab)),
+            rerank_template=rerank.decode("utf-8", "replace") if rerank else None,
         )
 
     def decode(self, batch: Sequence[BatchEntry]) -> None:
