@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from app.fault_injection import CRASH_VARIABLE, Crash, CrashSpecError, parse_crash
+from app.hub import hub_source
 from app.logs import configure_logging
 from app.model_files import ModelFileError, local_projector, resolve_model_path
 from app.routes import ROUTES
@@ -98,6 +99,8 @@ def prepare(argv: Sequence[str], environ: Mapping[str, str]) -> tuple[Settings, 
         sys.exit(1)
     if vertex is not None and not settings.metrics:
         settings = dataclasses.replace(settings, metrics=True)  # Vertex AI's scraper and autoscaling read them
+    if settings.hf_repo is not None:
+        return settings, hub_source(settings.hf_repo), vertex, listen_port(settings, vertex)  # the worker fetches it
     source = settings.model or (vertex.storage_uri if vertex is not None else None)
     if source is None and vertex is not None and vertex.on_platform:
         log.error("no model: this is a Vertex AI deployment and AIP_STORAGE_URI is empty (the Model was uploaded "

@@ -75,6 +75,17 @@ class Settings:
     model: str | None = option(("-m", "--model"), "str", None,
         "GGUF model path (default: the embedded SmolLM2-135M-Instruct)", env="LLAMA_ARG_MODEL",
         metavar="FNAME")
+    hf_repo: str | None = option(("-hf", "-hfr", "--hf-repo"), "str", None,
+        "a model from the Hugging Face Hub, USER/REPO[:QUANT] (default quant Q4_K_M, then Q8_0, then the first "
+        "GGUF); its mmproj file too. Downloaded into --model-cache-dir", env="LLAMA_ARG_HF_REPO",
+        metavar="USER/REPO[:QUANT]")
+    hf_file: str | None = option(("-hff", "--hf-file"), "str", None,
+        "the GGUF file of the --hf-repo repository (default: chosen by the quant)", env="LLAMA_ARG_HF_FILE",
+        metavar="FILE")
+    hf_token: str | None = option(("-hft", "--hf-token"), "str", None,
+        "Hugging Face access token (gated or private repositories)", env="HF_TOKEN", metavar="TOKEN")
+    offline: bool = option(("--offline",), "bool", False,
+        "download nothing: --hf-repo models come from the cache", env="LLAMA_ARG_OFFLINE")
     alias: str | None = option(("-a", "--alias"), "str", None,
         "comma-separated served model name(s); the id is the alphabetically first",
         env="LLAMA_ARG_ALIAS", metavar="NAME")
@@ -724,6 +735,14 @@ def _validate(settings: Settings) -> None:
     for name, path in (("--ssl-key-file", settings.ssl_key_file), ("--ssl-cert-file", settings.ssl_cert_file)):
         if path is not None and not os.access(path, os.R_OK):
             raise SettingsError(f"{name}: cannot read {path!r}")
+    if settings.hf_repo is not None:
+        if settings.model is not None:
+            raise SettingsError("--model and --hf-repo: give one")
+        repo = settings.hf_repo.partition(":")[0]
+        if repo.count("/") != 1 or not all(repo.split("/")):
+            raise SettingsError(f"--hf-repo {settings.hf_repo!r}: expected <user>/<model>[:quant]")
+    elif settings.hf_file is not None:
+        raise SettingsError("--hf-file names a file of --hf-repo; give --hf-repo too")
     if settings.chat_template and settings.chat_template_file:
         raise SettingsError("--chat-template and --chat-template-file cannot be used together")
 

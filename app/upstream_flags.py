@@ -60,7 +60,8 @@ CPU_PLACEMENT = _warn("ggml's CPU threads are placed by the OS here (container C
 ONE_DEVICE = _warn("device lists and per-tensor placement are not passed to llama.cpp here (its bindings leave "
                    "those fields unset); -ngl, -sm, -ts and -mg place the model")
 RESULTS = "not implemented here, and ignoring it would change the model's output"
-NO_HUB = _refuse("no model downloads from URLs or Hugging Face here: give a path or a gs:// URI with --model")
+NO_HUB = _refuse("no model downloads from plain URLs or Docker here: give a path or a gs:// URI with --model, or "
+                 "--hf-repo")
 LOGS = _warn("logs are JSON lines on stderr here (Cloud Logging reads them); -v turns on llama.cpp's own")
 ROUTER = _refuse("this container serves one model; run one container (one Vertex AI deployment) per model")
 TOOLS = _refuse("server-side tools and MCP are not implemented here; give tools in the request (tool calling)")
@@ -116,9 +117,7 @@ TREATMENTS: dict[str, Treatment] = {
     "--completion-bash": _refuse("no bash completion here"), "--list-devices": _refuse("not a server run: the "
                                                                                      "start-up log names the device"),
     "--cache-list": _refuse("there is no Hugging Face cache here"),
-    "--hf-repo": NO_HUB, "--hf-file": NO_HUB, "--model-url": NO_HUB, "--mmproj-url": NO_HUB, "--docker-repo": NO_HUB,
-    "--hf-token": _warn("no Hugging Face downloads here"), "--offline": _warn("nothing is downloaded but gs:// "
-                                                                               "models"),
+    "--model-url": NO_HUB, "--mmproj-url": NO_HUB, "--docker-repo": NO_HUB,
     "--models-dir": ROUTER, "--models-max": ROUTER, "--models-preset": ROUTER, "--models-autoload": ROUTER,
     "--agent": TOOLS, "--tools": TOOLS, "--tools-runtime": TOOLS, "--mcp-servers-config": TOOLS,
     "--mcp-servers-json": TOOLS, "--lookup-cache-static": _warn("n-gram lookup decoding is not implemented here"),
@@ -134,7 +133,8 @@ def treatment(flag: UpstreamFlag) -> Treatment | None:
         return _warn("speculative decoding is not implemented here: requests decode without it (the output is the "
                      "same, only slower)")
     if flag.name.endswith(("-default", "-spec")):
-        return _refuse("presets download models from Hugging Face: give --model (a path or gs://) and the flags")
+        return _refuse("llama-server's presets are not built in here: give the model with --hf-repo (or --model) "
+                       "and the flags")
     for name in (*flag.flags, *flag.negative):
         if name in TREATMENTS:
             return TREATMENTS[name]

@@ -18,10 +18,11 @@ from app.engine import Backend, Engine, EngineOptions
 from app.engine.llama import LlamaBackend, LlamaConfig, LoadConfig, RopeConfig
 from app.host_memory import available_memory_bytes
 from app.http import CorsPolicy, StaticSite, create_app
+from app.hub import HUB_SCHEME, fetch_hub_model, is_hub_source
 from app.routes import bind_routes
 from app.settings import Settings
 from gcp import VertexEnvironment, vertex_routes
-from gcp.storage import fetch_model, find_projector, is_gcs_uri
+from gcp.storage import default_cache_dir, fetch_model, find_projector, is_gcs_uri
 
 log = logging.getLogger(__name__)
 
@@ -101,8 +102,14 @@ def build_application(
     def load_backend() -> Backend:
         """Runs on the engine thread while the server already answers 503: fetch, then load."""
         cache = Path(settings.model_cache_dir) if settings.model_cache_dir else None
-        local = str(fetch_model(model_path, cache)) if is_gcs_uri(model_path) else model_path
         projector = settings.mmproj
+        if is_hub_source(model_path):
+            fetched = fetch_hub_model(model_path.removeprefix(HUB_SCHEME), settings.hf_file, settings.hf_token,
+                                      cache or default_cache_dir(), projector is None and settings.mmproj_auto,
+                                      settings.offline)
+            local, projector = str(fetched.model), projector or (str(fetched.mmproj) if fetched.mmproj else None)
+        else:
+            local = str(fetch_model(model_path, cache)) if is_gcs_uri(model_path) else model_path
         if projector is None and settings.mmproj_auto and is_gcs_uri(model_path):
             projector = find_projector(model_path)
         if projector is not None and is_gcs_uri(projector):

@@ -31,7 +31,7 @@ def clean_environment(extra: dict[str, str]) -> dict[str, str]:
     env = {
         key: value
         for key, value in os.environ.items()
-        if not key.startswith(("LLAMA_", "AIP_"))
+        if not key.startswith(("LLAMA_", "AIP_", "HF_"))
     }
     env.update(extra)
     return env
