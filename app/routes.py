@@ -15,7 +15,13 @@ from app.api import ApiReply, ApiRequest, Handler, Route, guard
 from app.context import ServerContext
 from app.errors import NotSupportedError
 from app.handlers.anthropic import MessagesBody, post_count_tokens, post_messages
-from app.handlers.chat import post_apply_template, post_chat_completions, post_chat_input_tokens
+from app.handlers.chat import (
+    ControlBody,
+    post_apply_template,
+    post_chat_completions,
+    post_chat_control,
+    post_chat_input_tokens,
+)
 from app.handlers.chat_pipeline import ChatBody
 from app.handlers.completions import CompletionBody, post_completion, post_openai_completions
 from app.handlers.embeddings import (
@@ -92,6 +98,7 @@ ROUTES: tuple[RouteSpec, ...] = (
               requires=GENERATION),
     RouteSpec("POST", "/v1/chat/completions", post_chat_completions, body=ChatBody, streams=True,
               requires=GENERATION),
+    RouteSpec("POST", "/v1/chat/completions/control", post_chat_control, body=ControlBody, requires=GENERATION),
     RouteSpec("POST", "/chat/completions/input_tokens", post_chat_input_tokens, body=ChatBody),
     RouteSpec("POST", "/v1/chat/completions/input_tokens", post_chat_input_tokens, body=ChatBody),
     RouteSpec("POST", "/v1/responses", post_responses, body=ResponsesBody, streams=True, requires=GENERATION),

@@ -298,6 +298,17 @@ class Settings:
     sse_ping_interval: int = option(("--sse-ping-interval",), "int", 30,
         "seconds a stream may stay silent before an SSE comment is sent to keep it alive (-1: never); a "
         "request's sse_ping_interval wins", env="LLAMA_ARG_SSE_PING_INTERVAL", minimum=-1, metavar="SECONDS")
+    reasoning: str = option(("-rea", "--reasoning"), "str", "auto",
+        "thinking in chats: on, off (the template's enable_thinking) or auto (the template's default)",
+        env="LLAMA_ARG_REASONING", metavar="[on|off|auto]")
+    reasoning_effort: str | None = option(("--reasoning-effort",), "str", None,
+        "the default reasoning_effort of chats (a template argument, e.g. low, medium, high; none: no thinking)",
+        env="LLAMA_ARG_REASONING_EFFORT", metavar="EFFORT")
+    reasoning_budget: int = option(("--reasoning-budget",), "int", -1,
+        "tokens a chat may think before its end of thinking is forced in (-1: no limit, 0: none); a request's "
+        "reasoning_budget_tokens wins", env="LLAMA_ARG_THINK_BUDGET", minimum=-1, metavar="N")
+    reasoning_budget_message: str | None = option(("--reasoning-budget-message",), "str", None,
+        "text put before the forced end of thinking", env="LLAMA_ARG_THINK_BUDGET_MESSAGE", metavar="MESSAGE")
     threads_http: int = option(("--threads-http",), "int", -1,
         "HTTP threads (-1 = max(parallel + 4, cores - 1))", env="LLAMA_ARG_THREADS_HTTP",
         minimum=-1)
@@ -527,8 +538,11 @@ class Settings:
 
     @property
     def template_kwargs(self) -> dict[str, Any]:
-        """--chat-template-kwargs as a dict (checked to be a JSON object at start-up)."""
-        return dict(json.loads(self.chat_template_kwargs)) if self.chat_template_kwargs else {}
+        """The template's default arguments: --reasoning on/off as enable_thinking, then
+        --chat-template-kwargs (checked to be a JSON object at start-up)."""
+        thinking = self.reasoning.strip().lower()
+        kwargs: dict[str, Any] = {"enable_thinking": thinking in _TRUE} if thinking in _TRUE | _FALSE else {}
+        return kwargs | (dict(json.loads(self.chat_template_kwargs)) if self.chat_template_kwargs else {})
 
     @property
     def rope_frequency_scale(self) -> float:
@@ -717,6 +731,8 @@ def _validate(settings: Settings) -> None:
             parsed = None
         if not isinstance(parsed, dict):
             raise SettingsError("--chat-template-kwargs: must be a JSON object, e.g. '{\"enable_thinking\": false}'")
+    if settings.reasoning.strip().lower() not in _TRUE | _FALSE | {"auto", "-1"}:
+        raise SettingsError(f"--reasoning: invalid value {settings.reasoning!r} (expected on, off or auto)")
     if settings.port > 65535:
         raise SettingsError(f"--port: {settings.port} is not a valid port")
     if settings.static_path is not None and not os.path.isdir(settings.static_path):

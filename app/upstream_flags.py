@@ -74,11 +74,6 @@ TREATMENTS: dict[str, Treatment] = {
     "--lora-init-without-apply": _refuse("adapters start at their given scale here; set 0 with --lora-scaled FILE 0"),
     "--special": _refuse(f"special tokens in the output text: {RESULTS}"),
     "--escape": _warn("escapes are a llama-cli prompt feature; the server takes JSON"),
-    "--reasoning": _refuse(f"the reasoning switch: {RESULTS}; reasoning_format and chat_template_kwargs work per "
-                           "request"),
-    "--reasoning-budget": _refuse(f"a reasoning budget: {RESULTS}"),
-    "--reasoning-budget-message": _refuse(f"a reasoning budget: {RESULTS}"),
-    "--reasoning-effort": _refuse(f"a default reasoning effort: {RESULTS}; give chat_template_kwargs per request"),
     "--reasoning-preserve": _refuse(f"keeping reasoning in the history: {RESULTS}"),
     "--skip-chat-parsing": _refuse(f"raw chat output: {RESULTS}; use reasoning_format none per request"),
     "--prefill-assistant": _warn("a trailing assistant message is always a prefill here (llama-server's default)"),

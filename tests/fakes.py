@@ -60,12 +60,16 @@ class FakeSampler:
         self.backend = backend
         self.params = params
         self.freed = False
+        self.accepted: list[int] = []  # forced tokens
 
     def sample(self, batch_index: int) -> Sampled:
         token = self.backend.next_token(batch_index, self.params)
         if self.params.n_probs:
             return Sampled(token, TokenProbs(token, -0.5, ((token, -0.5), (EOS, -1.5))[: self.params.n_probs]))
         return Sampled(token)
+
+    def accept(self, token: int) -> None:
+        self.accepted.append(token)
 
     def free(self) -> None:
         self.freed = True

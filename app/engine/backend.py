@@ -107,6 +107,10 @@ class Sampler(Protocol):
         """Sample (and accept) the next token from the logits of batch entry ``batch_index``, with
         its probabilities when the sampler was made with ``n_probs``."""
 
+    def accept(self, token: int) -> None:
+        """Take ``token`` as chosen without sampling (a forced token): the chain's state (grammar,
+        penalties) follows it."""
+
     def free(self) -> None: ...
 
 

@@ -314,6 +314,11 @@ class Engine:
             raise NotReadyError("the engine did not answer in time") from None
         return result
 
+    def end_reasoning(self, completion_id: str) -> tuple[bool, str]:
+        """Force the end of a running completion's thinking (its ``completion_id``, with reasoning
+        control on): (done, why not)."""
+        return self.control(lambda scheduler: scheduler.end_reasoning(completion_id))
+
     def save_slot(self, slot: int, path: str) -> SlotFileResult:
         """Write an idle slot's KV cells and tokens to ``path`` (on the engine thread)."""
         return self.control(lambda scheduler: save_slot(scheduler, slot, path))

@@ -20,7 +20,7 @@ from app.engine.errors import CancelledError, DecodeError, EngineError
 from app.engine.prompt_cache import PromptCache
 from app.engine.slots import ControlJob, EmbedJob, Job, Slot, SlotState
 from app.engine.stats import StatsRecorder
-from app.engine.types import Completion, FinishReason, MediaChunk, PromptProgress, Timings, TokenChunk
+from app.engine.types import Completion, FinishReason, MediaChunk, PromptProgress, Sampled, Timings, TokenChunk
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +66,20 @@ class Scheduler:
 
     def run_embeddings(self) -> None:
         run_embedding_decode(self.embeddings, self.backend, self.stats)
+
+    def end_reasoning(self, completion_id: str) -> tuple[bool, str]:
+        """End the thinking of the running completion ``completion_id`` now (its reasoning control):
+        (done, why not)."""
+        slots = [slot for slot in self.slots if slot.job is not None and completion_id
+                 and slot.job.request.completion_id == completion_id]
+        if not slots:
+            return False, "no active completion for this id"
+        gates = [slot.reasoning for slot in slots if slot.reasoning is not None]
+        if not gates:
+            return False, "reasoning control not enabled for this completion"
+        for gate in gates:
+            gate.end_now()
+        return True, ""
 
     # ---- admission -------------------------------------------------------------------------
 
@@ -325,8 +339,15 @@ class Scheduler:
     def _take_token(self, slot: Slot, index: int) -> None:
         assert slot.job is not None and slot.sampler is not None and slot.generation is not None
         request = slot.job.request
-        sampled = slot.sampler.sample(index)
+        forced = slot.reasoning.forced() if slot.reasoning is not None else None
+        if forced is not None:  # the end of the thinking, going in (the reasoning budget)
+            slot.sampler.accept(forced)
+            sampled = Sampled(forced)
+        else:
+            sampled = slot.sampler.sample(index)
         token = sampled.token
+        if slot.reasoning is not None:
+            slot.reasoning.feed(token)
         slot.t_last = time.perf_counter()
         if self.backend.vocab.is_eog(token) and not request.sampling.ignore_eos:
             self._finish(slot, FinishReason.EOS, None)

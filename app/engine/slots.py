@@ -15,6 +15,7 @@ from typing import Any
 from app.engine.backend import BatchEntry, BatchMedia, BatchToken, Sampler
 from app.engine.errors import EngineError
 from app.engine.generation import Generation
+from app.engine.reasoning_budget import BudgetGate
 from app.engine.types import EmbeddingResult, GenerationRequest, JobEvent, MediaChunk, SlotView, TokenChunk
 
 _job_ids = count()
@@ -119,6 +120,7 @@ class Slot:
     next_token: int = -1
     sampler: Sampler | None = None
     generation: Generation | None = None  # the text side; kept after the job for /slots
+    reasoning: BudgetGate | None = None  # the request's reasoning budget, as it is spent
     leader: Slot | None = None
     n_prompt: int = 0
     cache_n: int = 0
@@ -205,6 +207,7 @@ class Slot:
         self.pending = prompt[keep:]
         self.next_token = -1
         self.generation = Generation(job.request)
+        self.reasoning = BudgetGate(job.request.reasoning) if job.request.reasoning is not None else None
         self.leader = None
         self.n_prompt = len(prompt)
         self.cache_n = keep

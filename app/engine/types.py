@@ -103,6 +103,19 @@ class MediaChunk:
 
 
 @dataclass(frozen=True)
+class ReasoningBudget:
+    """A generation's reasoning budget (app/engine/reasoning_budget.py): the thinking's start and
+    end tags as token ids, what is forced in when the budget runs out (a message, then the first
+    end tag), the budget in tokens (-1: none, only ``end_now``), and whether the prompt opened it."""
+
+    start: tuple[int, ...]
+    ends: tuple[tuple[int, ...], ...]
+    forced: tuple[int, ...]
+    tokens: int = -1
+    opened: bool = False
+
+
+@dataclass(frozen=True)
 class GenerationRequest:
     """A tokenized prompt and how to continue it. Media rows appear in ``prompt`` as their chunk's
     placeholder id."""
@@ -122,6 +135,8 @@ class GenerationRequest:
     media: tuple[MediaChunk, ...] = ()  # in prompt order
     timings_per_token: bool = False  # every chunk carries the timings so far
     return_progress: bool = False  # prompt-processing progress as chunks of no text
+    reasoning: ReasoningBudget | None = None  # a budget on the thinking, or its end on request
+    completion_id: str = ""  # the id a control request names (POST /v1/chat/completions/control)
 
     def text_tokens(self) -> list[int]:
         """The prompt without its media rows."""

@@ -90,6 +90,7 @@ class MessagesBody(BaseModel):
     tool_choice: dict[str, Any] | None = None
     metadata: dict[str, Any] | None = None
     chat_template_kwargs: dict[str, Any] | None = None
+    thinking: dict[str, Any] | None = None  # {"type": "enabled", "budget_tokens": N}: a reasoning budget
 
 
 def _tool_result_text(content: Any) -> str:
@@ -184,6 +185,8 @@ def to_chat(body: MessagesBody) -> ChatBody:
         "temperature": body.temperature, "top_p": body.top_p, "top_k": body.top_k, "tools": tools,
         "tool_choice": _tool_choice(body.tool_choice), "chat_template_kwargs": body.chat_template_kwargs,
     }
+    if body.thinking is not None and body.thinking.get("type") == "enabled":  # llama-server's default: 10000
+        chat["thinking_budget_tokens"] = body.thinking.get("budget_tokens", 10000)
     return validate_body(ChatBody, chat)
 
 

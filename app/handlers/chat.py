@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
+
+from pydantic import BaseModel, ConfigDict
 
 from app.api import ApiReply, ApiRequest, SseEvent
 from app.context import ServerContext
+from app.errors import InvalidRequestError
 from app.handlers.chat_pipeline import (
     ChatBody,
     ChatChoice,
@@ -55,10 +59,29 @@ def message_body(choice: ChatChoice) -> dict[str, Any]:
     return message
 
 
+class ControlBody(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    id: str = ""
+    action: str = ""
+
+
+def post_chat_control(ctx: ServerContext, request: ApiRequest) -> ApiReply:
+    """llama-server's control of a running chat: ``reasoning_end`` forces the end of its thinking
+    (the chat asked for ``reasoning_control``)."""
+    body = validate_body(ControlBody, request.json_object())
+    if not body.id:
+        raise InvalidRequestError("missing completion id")
+    if body.action != "reasoning_end":
+        raise InvalidRequestError("unknown control action")
+    done, why = ctx.engine.end_reasoning(body.id)
+    return ApiReply(body={"success": True} if done else {"success": False, "message": why})
+
+
 def post_chat_completions(ctx: ServerContext, request: ApiRequest) -> ApiReply:
     body = validate_body(ChatBody, request.json_object())
-    prepared = prepare_chat(ctx, body)
     response_id = random_id("chatcmpl-")
+    prepared = prepare_chat(ctx, body)
+    prepared = replace(prepared, request=replace(prepared.request, completion_id=response_id))
     if body.stream:
         return stream_reply(submit_chat(ctx, prepared), request.should_stop, lambda stream: _chat_stream(
             ctx, chat_deltas(ctx, prepared, stream, progress=True), prepared.copies, response_id, body.include_usage()),

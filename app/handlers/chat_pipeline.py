@@ -6,19 +6,19 @@ Messages share. ``prepare_chat`` renders and tokenizes the prompt and builds the
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from app.context import ServerContext
 from app.engine import Completion, FinishReason, GenerationRequest, TokenChunk
-from app.engine.types import MediaChunk, TokenProbs
+from app.engine.types import MediaChunk, ReasoningBudget, TokenProbs
 from app.errors import InvalidRequestError
 from app.handlers.generation import JobGroup, Streamed
 from app.handlers.media import SOURCE_FIELD, MediaItem, decode_base64, media_from_url, media_marker, tokenize_with_media
 from app.handlers.params import GenerationFields, completions_count, generation_request, grammar_for
-from app.handlers.reasoning import FORMATS, OPEN, ReasoningStream, split_reasoning
+from app.handlers.reasoning import CLOSE, FORMATS, OPEN, ReasoningStream, split_reasoning
 from app.handlers.shapes import chunk_extras, finish_reason, probability_entries, probs_within_text
 from app.handlers.tools import (
     ToolCall,
@@ -78,6 +78,11 @@ class ChatBody(GenerationFields):
     logprobs: bool | None = None
     top_logprobs: int | None = Field(None, ge=0, le=20)
     reasoning_format: str | None = None
+    reasoning_budget_tokens: int | None = Field(None, ge=-1)  # -1: --reasoning-budget
+    thinking_budget_tokens: int | None = Field(None, ge=-1)  # the same, another name
+    reasoning_budget_message: str | None = None  # default: --reasoning-budget-message
+    reasoning_control: bool = False  # POST /v1/chat/completions/control may end the thinking
+    reasoning_effort: str | None = None  # a template argument; "none" turns thinking off
 
 
 def _part_media(ctx: ServerContext, part: ContentPart, field: str) -> MediaItem | None:
@@ -145,13 +150,37 @@ def render_prompt(ctx: ServerContext, body: ChatBody, plan: ToolPlan | None = No
     collected = media if media is not None else []
     messages = messages_for_template(template_messages(ctx, body, collected), plan, renders_tools)
     tools = [tool.model_dump(exclude_none=True) for tool in plan.tools] if plan and renders_tools else None
-    kwargs = {**ctx.settings.template_kwargs, **(body.chat_template_kwargs or {})} or None
+    kwargs = {**ctx.settings.template_kwargs, **(body.chat_template_kwargs or {}),
+              **_effort(body.reasoning_effort or ctx.settings.reasoning_effort)} or None
     if _continues(body, messages):
         if messages[-1]["role"] != "assistant":
             return template.render(messages, False, tools, kwargs)
         head = template.render(messages[:-1], True, tools, kwargs)
         return head + str(messages[-1]["content"])
     return template.render(messages, body.add_generation_prompt, tools, kwargs)
+
+
+def _effort(effort: str | None) -> dict[str, Any]:
+    """``reasoning_effort`` as llama-server passes it to the template; ``none`` turns thinking off."""
+    if effort == "none":
+        return {"enable_thinking": False}
+    return {"reasoning_effort": effort} if effort else {}
+
+
+def reasoning_budget(ctx: ServerContext, body: ChatBody, opened: bool) -> ReasoningBudget | None:
+    """The request's reasoning budget (``reasoning_budget_tokens``, ``thinking_budget_tokens``, else
+    ``--reasoning-budget``), or None when there is no budget and no ``reasoning_control``."""
+    tokens = next((value for value in (body.reasoning_budget_tokens, body.thinking_budget_tokens)
+                   if value is not None and value != -1), ctx.settings.reasoning_budget)
+    if tokens < 0 and not body.reasoning_control:
+        return None
+    vocab = ctx.engine.vocab
+    end = tuple(vocab.tokenize(CLOSE, False, True))
+    message = body.reasoning_budget_message if body.reasoning_budget_message is not None else (
+        ctx.settings.reasoning_budget_message or "")
+    forced = tuple(vocab.tokenize(message, False, True)) + end if message else end
+    return ReasoningBudget(start=tuple(vocab.tokenize(OPEN, False, True)), ends=(end,), forced=forced,
+                           tokens=tokens, opened=opened)
 
 
 def _continues(body: ChatBody, messages: list[dict[str, Any]]) -> bool:
@@ -243,13 +272,15 @@ def prepare_chat(ctx: ServerContext, body: ChatBody) -> PreparedChat:
     top = body.top_logprobs if body.logprobs else None
     n_probs = max(1, top or 0) if body.logprobs else None
     request = generation_request(ctx, body, prompt.tokens, grammar, n_probs, prompt.media)
+    opened = text.rstrip().endswith(OPEN)
+    request = replace(request, reasoning=reasoning_budget(ctx, body, opened))
     return PreparedChat(
         prompt_text=text,
         request=request,
         copies=completions_count(body),
         plan=plan,
         reasoning_format=reasoning_format,
-        opened_thinking=text.rstrip().endswith(OPEN),
+        opened_thinking=opened,
         top_logprobs=top,
     )
 

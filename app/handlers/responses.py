@@ -103,6 +103,7 @@ class ResponsesBody(BaseModel):
     text: dict[str, Any] | None = None
     previous_response_id: str | None = None
     model: str | None = None
+    reasoning: dict[str, Any] | None = None  # {"effort": ...}: the chat's reasoning_effort
 
 
 def _content(content: str | list[InputPart], field: str) -> str | list[dict[str, Any]]:
@@ -189,6 +190,7 @@ def to_chat(body: ResponsesBody) -> ChatBody:
         "max_tokens": body.max_output_tokens,
         "temperature": body.temperature,
         "top_p": body.top_p,
+        "reasoning_effort": (body.reasoning or {}).get("effort"),
     }
     passthrough = {key: value for key, value in (body.model_extra or {}).items() if key in ChatBody.model_fields}
     return validate_body(ChatBody, {**passthrough, **chat})

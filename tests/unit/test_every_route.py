@@ -28,6 +28,7 @@ BODIES: dict[str, dict[str, Any]] = {
     "/tokenize": {"content": "Hi"}, "/detokenize": {"tokens": [80, 115]}, "/apply-template": CHAT,
     "/lora-adapters": [],  # type: ignore[dict-item]
     "/slots/:id_slot": {"filename": "slot0.bin"},
+    "/v1/chat/completions/control": {"id": "chatcmpl-none", "action": "reasoning_end"},
 }
 RERANK = {"/rerank", "/reranking", "/v1/rerank", "/v1/reranking"}  # --reranking makes an embedding-only server
 

@@ -37,6 +37,9 @@ class LlamaSampler:
             return Sampled(token, _top_logprobs(logits, token, self._n_probs))
         return self._sample_post(logits)
 
+    def accept(self, token: int) -> None:
+        lc.llama_sampler_accept(self._chain, token)
+
     def _sample_post(self, logits: np.ndarray[Any, np.dtype[np.float32]]) -> Sampled:
         """Apply the chain by hand to see the candidates it leaves, then pick and accept."""
         data = np.zeros(self._n_vocab, dtype=_TOKEN_DATA)
