@@ -111,6 +111,14 @@ class Settings:
     n_gpu_layers: str = option(("-ngl", "--gpu-layers", "--n-gpu-layers"), "str", "auto",
         "layers to offload to the GPU: a number, 'auto' or 'all'", env="LLAMA_ARG_N_GPU_LAYERS",
         metavar="N")
+    fit: str = option(("-fit", "--fit"), "str", "on",
+        "fit what is left unset to free memory: the context (-c 0) and the GPU layers (-ngl auto)",
+        env="LLAMA_ARG_FIT", metavar="[on|off]")
+    fit_ctx: int = option(("-fitc", "--fit-ctx"), "int", 4096, "the smallest context --fit may choose",
+        env="LLAMA_ARG_FIT_CTX", minimum=1, metavar="N")
+    fit_target: str = option(("-fitt", "--fit-target"), "str", "1024",
+        "MiB --fit leaves free on each device (comma-separated per device: the largest counts here)",
+        env="LLAMA_ARG_FIT_TARGET", metavar="MiB0,MiB1,...")
     flash_attn: str = option(("-fa", "--flash-attn"), "str", "auto",
         "flash attention: on, off or auto (also 1/true/enabled, 0/false/disabled, -1)", env="LLAMA_ARG_FLASH_ATTN",
         metavar="[on|off|auto]")
@@ -562,6 +570,18 @@ class Settings:
         return "auto" if value in ("auto", "-1") else value
 
     @property
+    def fit_enabled(self) -> bool:
+        return self.fit.strip().lower() in _TRUE
+
+    @property
+    def fit_margin_mib(self) -> int:
+        """--fit-target: the largest of the per-device margins (one margin for every device here)."""
+        try:
+            return max(int(part) for part in re.split(r"[,/]+", self.fit_target) if part.strip())
+        except ValueError:
+            raise SettingsError(f"--fit-target/-fitt: {self.fit_target!r} is not a list of MiB, e.g. 1024") from None
+
+    @property
     def gpu_layers(self) -> int:
         """``--n-gpu-layers`` as llama.cpp's number: ``auto``/``all`` offload every layer."""
         if self.n_gpu_layers in ("auto", "all"):
@@ -731,6 +751,9 @@ def _validate(settings: Settings) -> None:
             parsed = None
         if not isinstance(parsed, dict):
             raise SettingsError("--chat-template-kwargs: must be a JSON object, e.g. '{\"enable_thinking\": false}'")
+    if settings.fit.strip().lower() not in _TRUE | _FALSE:
+        raise SettingsError(f"--fit: invalid value {settings.fit!r} (expected on or off)")
+    _ = settings.fit_margin_mib
     if settings.reasoning.strip().lower() not in _TRUE | _FALSE | {"auto", "-1"}:
         raise SettingsError(f"--reasoning: invalid value {settings.reasoning!r} (expected on, off or auto)")
     if settings.port > 65535:

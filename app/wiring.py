@@ -15,7 +15,7 @@ from flask import Flask
 
 from app.context import ServerContext
 from app.engine import Backend, Engine, EngineOptions
-from app.engine.llama import LlamaBackend, LlamaConfig, LoadConfig, RopeConfig
+from app.engine.llama import FitConfig, LlamaBackend, LlamaConfig, LoadConfig, RopeConfig
 from app.host_memory import available_memory_bytes
 from app.http import CorsPolicy, StaticSite, create_app
 from app.hub import HUB_SCHEME, fetch_hub_model, is_hub_source
@@ -51,7 +51,8 @@ def exit_on_load_failure(exc: BaseException) -> None:
     os._exit(4)
 
 
-def backend_config(settings: Settings, model_path: str, mmproj_path: str | None = None) -> LlamaConfig:
+def backend_config(settings: Settings, model_path: str, mmproj_path: str | None = None,
+                   prompt_cache_bytes: int | None = 0) -> LlamaConfig:
     return LlamaConfig(
         model_path=model_path,
         n_ctx=settings.ctx_size,
@@ -86,6 +87,9 @@ def backend_config(settings: Settings, model_path: str, mmproj_path: str | None 
         op_offload=settings.op_offload,
         swa_full=settings.swa_full,
         warmup=settings.warmup,
+        fit=FitConfig(enabled=settings.fit_enabled, gpu_layers_auto=settings.n_gpu_layers == "auto",
+                      min_ctx=settings.fit_ctx, margin_mib=settings.fit_margin_mib,
+                      host_free_bytes=available_memory_bytes(), host_reserved_bytes=prompt_cache_bytes or 0),
     )
 
 
@@ -114,7 +118,7 @@ def build_application(
             projector = find_projector(model_path)
         if projector is not None and is_gcs_uri(projector):
             projector = str(fetch_model(projector, cache))
-        return make_backend(backend_config(settings, local, projector))
+        return make_backend(backend_config(settings, local, projector, prompt_cache))
 
     def ready() -> None:
         context.publish_loaded_model()

@@ -8,7 +8,8 @@
     ggml.py      llama.cpp's log bridge; ggml's loadable backends
 """
 
-from app.engine.llama.backend import LlamaBackend, LlamaConfig, LoadConfig, RopeConfig
+from app.engine.llama.backend import FitConfig, LlamaBackend, LlamaConfig, LoadConfig, RopeConfig
 from app.engine.llama.ggml import load_ggml_backends, loaded_cpu_variant
 
-__all__ = ["LlamaBackend", "LlamaConfig", "LoadConfig", "RopeConfig", "load_ggml_backends", "loaded_cpu_variant"]
+__all__ = ["FitConfig", "LlamaBackend", "LlamaConfig", "LoadConfig", "RopeConfig", "load_ggml_backends",
+           "loaded_cpu_variant"]

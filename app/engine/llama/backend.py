@@ -20,10 +20,11 @@ import llama_cpp as lc
 from app.engine.backend import BatchEntry, BatchMedia, BatchToken, ModelInfo, SequenceState
 from app.engine.errors import DecodeError, MediaError, ModelLoadError, UnsupportedError
 from app.engine.llama.embedder import POOLING_NAMES, LlamaEmbedder
-from app.engine.llama.ggml import install_log_callback, load_ggml_backends
+from app.engine.llama.ggml import gpu_free_bytes, install_log_callback, load_ggml_backends
 from app.engine.llama.media import LlamaMedia
 from app.engine.llama.sampler import LlamaSampler, new_sampler
 from app.engine.llama.vocab import LlamaVocabulary, model_meta
+from app.engine.memory_fit import MIB, FitRequest, ModelShape, fit
 from app.engine.types import (
     KV_CACHE_TYPES,
     LAZY_MODES,
@@ -120,6 +121,41 @@ def _model_params(config: LoadConfig, n_gpu_layers: int) -> tuple[Any, list[Any]
 
 
 @dataclass(frozen=True)
+class FitConfig:
+    """--fit: what the fit to free memory may change and the memory it counts on."""
+
+    enabled: bool = False
+    gpu_layers_auto: bool = False  # -ngl auto: the fit chooses the layers
+    min_ctx: int = 4096  # --fit-ctx
+    margin_mib: int = 1024  # --fit-target
+    host_free_bytes: int | None = None  # memory available at start (None: unknown, the context is kept)
+    host_reserved_bytes: int = 0  # promised to the prompt cache
+
+
+_TYPE_BYTES = {"f32": 4.0, "f16": 2.0, "bf16": 2.0, "q8_0": 34 / 32, "q4_0": 18 / 32, "q4_1": 20 / 32,
+               "q5_0": 22 / 32, "q5_1": 24 / 32, "iq4_nl": 18 / 32}  # per element, ggml's block sizes
+assert set(_TYPE_BYTES) == set(KV_CACHE_TYPES)
+
+
+def model_shape(model: Any, type_k: str, type_v: str) -> ModelShape:
+    """What the fit needs of a loaded model (or of one loaded with its metadata only)."""
+    arch = model_meta(model, "general.architecture") or ""
+    n_embd, n_head = int(lc.llama_model_n_embd(model)), max(1, int(lc.llama_model_n_head(model)))
+    n_head_kv = max(1, int(lc.llama_model_n_head_kv(model)))
+
+    def head_dim(key: str) -> int:
+        value = model_meta(model, f"{arch}.attention.{key}")
+        return int(value) if value and value.isdigit() else n_embd // n_head
+
+    per_layer = n_head_kv * (head_dim("key_length") * _TYPE_BYTES[type_k] + head_dim("value_length") *
+                             _TYPE_BYTES[type_v])
+    n_layer = int(lc.llama_model_n_layer(model))
+    return ModelShape(n_layer=n_layer, n_ctx_train=int(lc.llama_model_n_ctx_train(model)), n_embd=n_embd,
+                      n_vocab=int(lc.llama_vocab_n_tokens(lc.llama_model_get_vocab(model))),
+                      weight_bytes=int(lc.llama_model_size(model)), kv_bytes_per_token=int(per_layer * n_layer))
+
+
+@dataclass(frozen=True)
 class LlamaConfig:
     model_path: str
     n_ctx: int = 0
@@ -148,6 +184,7 @@ class LlamaConfig:
     op_offload: bool = True
     swa_full: bool = False
     warmup: bool = True
+    fit: FitConfig = field(default_factory=FitConfig)
 
 
 class LlamaBackend:
@@ -159,16 +196,19 @@ class LlamaBackend:
         lc.llama_backend_init()
         if config.loading.numa is not None:
             lc.llama_numa_init(_NUMA[config.loading.numa])
-        model_params, keep = _model_params(config.loading, config.n_gpu_layers)
-        self._model = lc.llama_model_load_from_file(config.model_path.encode(), model_params)
-        del keep
-        if not self._model:
-            checked = " (--check-tensors: a tensor may hold invalid values; the log says)" if (
-                config.loading.check_tensors) else ""
-            raise ModelLoadError(f"llama.cpp could not load the model: {config.model_path}{checked}")
+        n_ctx, n_gpu_layers = config.n_ctx, config.n_gpu_layers
+        gpus = gpu_free_bytes() if config.fit.enabled else []  # read before any weights go there
+        layers_first = bool(gpus) and config.fit.gpu_layers_auto
+        if layers_first:  # the layers are chosen before the weights load: measure the model without them
+            probe = self._load(config, n_gpu_layers, metadata_only=True)
+            n_ctx, n_gpu_layers = self._fit(config, probe, gpus)
+            lc.llama_model_free(probe)
+        self._model = self._load(config, n_gpu_layers)
+        if config.fit.enabled and not layers_first:
+            n_ctx, _ = self._fit(config, self._model, gpus)
         vocab = lc.llama_model_get_vocab(self._model)
         n_ctx_train = int(lc.llama_model_n_ctx_train(self._model))
-        per_seq = (config.n_ctx or n_ctx_train) // config.n_seq
+        per_seq = (n_ctx or n_ctx_train) // config.n_seq
         per_seq = min(per_seq, n_ctx_train)
         if per_seq < 8:
             lc.llama_model_free(self._model)
@@ -232,6 +272,31 @@ class LlamaBackend:
         self.info = self._read_info(config.model_path, vocab)
         if config.warmup:
             self._warm_up(vocab)
+
+    @staticmethod
+    def _load(config: LlamaConfig, n_gpu_layers: int, metadata_only: bool = False) -> Any:
+        model_params, keep = _model_params(config.loading, n_gpu_layers)
+        model_params.no_alloc = metadata_only
+        model = lc.llama_model_load_from_file(config.model_path.encode(), model_params)
+        del keep
+        if not model:
+            checked = " (--check-tensors: a tensor may hold invalid values; the log says)" if (
+                config.loading.check_tensors) else ""
+            raise ModelLoadError(f"llama.cpp could not load the model: {config.model_path}{checked}")
+        return model
+
+    @staticmethod
+    def _fit(config: LlamaConfig, model: Any, gpus: list[int]) -> tuple[int, int]:
+        """The context and GPU layers that fit (app/engine/memory_fit.py), the choice logged."""
+        shape = model_shape(model, config.cache_type_k, config.cache_type_v)
+        fitted = fit(shape, gpus, config.fit.host_free_bytes, FitRequest(
+            n_ctx=config.n_ctx, n_gpu_layers=None if config.fit.gpu_layers_auto else config.n_gpu_layers,
+            n_ubatch=min(config.n_ubatch, config.n_batch), n_seq=config.n_seq, min_ctx=config.fit.min_ctx,
+            margin_bytes=config.fit.margin_mib * MIB, kv_offload=config.kv_offload,
+            host_reserved_bytes=config.fit.host_reserved_bytes))
+        for note in fitted.notes:
+            log.warning("--fit: %s (set --ctx-size / --n-gpu-layers, or --fit off)", note)
+        return fitted.n_ctx if config.n_ctx == 0 else config.n_ctx, fitted.n_gpu_layers
 
     def _warm_up(self, vocab: Any) -> None:
         """One throw-away decode, as llama-server does, so the first request does not pay for the

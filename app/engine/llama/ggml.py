@@ -104,3 +104,28 @@ def loaded_cpu_variant() -> str | None:
     mappings; None where that cannot be read or the backend is built in."""
     names = [Path(path).name for path in _mapped_files()]
     return next((name for name in names if name.startswith("libggml-cpu")), None)
+
+
+GGML_DEVICE_GPU = 1  # GGML_BACKEND_DEVICE_TYPE_GPU (an integrated GPU shares host memory)
+
+
+def gpu_free_bytes() -> list[int]:
+    """Each discrete GPU's free memory, as its ggml backend reports it; [] without one."""
+    ggml = _open_ggml(_lib_dir())
+    if ggml is None:
+        return []
+    ggml.ggml_backend_dev_count.restype = ctypes.c_size_t
+    ggml.ggml_backend_dev_get.argtypes = [ctypes.c_size_t]
+    ggml.ggml_backend_dev_get.restype = ctypes.c_void_p
+    ggml.ggml_backend_dev_type.argtypes = [ctypes.c_void_p]
+    ggml.ggml_backend_dev_type.restype = ctypes.c_int
+    ggml.ggml_backend_dev_memory.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_size_t),
+                                             ctypes.POINTER(ctypes.c_size_t)]
+    free: list[int] = []
+    for index in range(ggml.ggml_backend_dev_count()):
+        device = ggml.ggml_backend_dev_get(index)
+        if ggml.ggml_backend_dev_type(device) == GGML_DEVICE_GPU:
+            available, total = ctypes.c_size_t(0), ctypes.c_size_t(0)
+            ggml.ggml_backend_dev_memory(device, ctypes.byref(available), ctypes.byref(total))
+            free.append(int(available.value))
+    return free
