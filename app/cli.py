@@ -18,7 +18,7 @@ from typing import Any
 
 from app.fault_injection import CRASH_VARIABLE, Crash, CrashSpecError, parse_crash
 from app.hub import hub_source
-from app.logs import configure_logging
+from app.logs import LogOptions, configure_logging
 from app.model_files import ModelFileError, local_projector, resolve_model_path
 from app.routes import ROUTES
 from app.settings import Settings, SettingsError, parse_settings
@@ -59,9 +59,17 @@ def gunicorn_options(settings: Settings, port: int, json_lines: bool = False) ->
         "graceful_timeout": GRACEFUL_SHUTDOWN_SECONDS,
         "keepalive": 5,
         "errorlog": "-",
-        "loglevel": "debug" if settings.verbose else "info",
+        "loglevel": "critical" if settings.log_disable else "debug" if settings.debug_logs else "info",
         "proc_name": "vertex-llama",
     }
+
+
+def log_options(settings: Settings, environ: Mapping[str, str]) -> LogOptions:
+    """The log as the flags ask; JSON lines for Cloud Logging on Vertex AI (AIP_MODE=PREDICTION)."""
+    return LogOptions(verbosity=4 if settings.debug_logs else settings.log_verbosity,
+                      json_lines=settings.log_jsonl or environ.get("AIP_MODE") == "PREDICTION",
+                      disable=settings.log_disable, file=settings.log_file, colors=settings.log_colors.strip().lower(),
+                      prefix=settings.log_prefix, timestamps=settings.log_timestamps)
 
 
 def version_text() -> str:
@@ -82,7 +90,7 @@ def prepare(argv: Sequence[str], environ: Mapping[str, str]) -> tuple[Settings, 
     if settings.version:
         print(version_text())
         sys.exit(0)
-    configure_logging(settings.verbose, json_lines=environ.get("AIP_MODE") == "PREDICTION")
+    configure_logging(log_options(settings, environ))
     for note in settings.notes:  # llama-server flags that have no effect here
         log.warning("%s", note)
     try:
@@ -134,7 +142,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         f"unix://{host}" if host.endswith(".sock") else f"{scheme}://{bind_address(host, port)}"
         for host in settings.listen_hosts), settings.slot_count)
     log.info("settings: %s", json.dumps(public_settings(settings), sort_keys=True))
-    json_lines = os.environ.get("AIP_MODE") == "PREDICTION"
+    json_lines = log_options(settings, os.environ).json_lines
     ContainerServer(settings, model_path, vertex, gunicorn_options(settings, port, json_lines),
                     requested_crash(os.environ)).run()
 

@@ -62,7 +62,6 @@ ONE_DEVICE = _warn("device lists and per-tensor placement are not passed to llam
 RESULTS = "not implemented here, and ignoring it would change the model's output"
 NO_HUB = _refuse("no model downloads from plain URLs or Docker here: give a path or a gs:// URI with --model, or "
                  "--hf-repo")
-LOGS = _warn("logs are JSON lines on stderr here (Cloud Logging reads them); -v turns on llama.cpp's own")
 ROUTER = _refuse("this container serves one model; run one container (one Vertex AI deployment) per model")
 TOOLS = _refuse("server-side tools and MCP are not implemented here; give tools in the request (tool calling)")
 
@@ -103,8 +102,7 @@ TREATMENTS: dict[str, Treatment] = {
     "--webui-mcp-proxy": _warn("the built-in web UI has no MCP proxy"),
     "--video-ffmpeg-dir": _warn("video is not taken here"), "--video-fps": _warn("video is not taken here"),
     "--video-timestamp-interval": _warn("video is not taken here"),
-    "--log-disable": LOGS, "--log-file": LOGS, "--log-colors": LOGS, "--log-prefix": LOGS, "--log-timestamps": LOGS,
-    "--log-jsonl": LOGS, "--log-verbosity": LOGS, "--log-prompts-dir": LOGS,
+    "--log-prompts-dir": _warn("prompts are not written to files here"),
     # programs and modes that are not this server
     "--completion-bash": _refuse("no bash completion here"), "--list-devices": _refuse("not a server run: the "
                                                                                      "start-up log names the device"),

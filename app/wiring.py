@@ -63,7 +63,7 @@ def backend_config(settings: Settings, model_path: str, mmproj_path: str | None 
         n_threads_batch=settings.cpu_threads_batch,
         n_gpu_layers=settings.gpu_layers,
         flash_attn=settings.flash_attn_mode,
-        verbose=settings.verbose,
+        verbose=settings.debug_logs,
         loras=tuple(path for path, _ in settings.lora_adapters),
         embed_pooling="rank" if settings.reranking else settings.pooling,
         embed_n_ctx=settings.ubatch_size,

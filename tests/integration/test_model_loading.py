@@ -1,9 +1,11 @@
 """llama-server's loading flags on a real server: --override-kv changes the model's metadata (here:
 whether the tokenizer adds a BOS token), --load-mode decides whether the file is memory-mapped,
---check-tensors refuses a model holding a NaN, --numa starts, --no-warmup skips the warm-up. One server at a time."""
+--check-tensors refuses a model holding a NaN, --numa starts, --no-warmup skips the warm-up, the --log-*
+flags reach the server's log. One server at a time."""
 
 from __future__ import annotations
 
+import json
 import struct
 from pathlib import Path
 
@@ -94,3 +96,15 @@ def test_numa_distribute_starts_and_no_warmup_skips_the_warm_up(server_dir: Path
     finally:
         assert server.stop() == 0, server.log()
     assert "warm-up" not in server.log()
+
+
+def test_the_log_flags_reach_the_server(server_dir: Path, tmp_path: Path) -> None:
+    log_file = tmp_path / "server.log"
+    server = start(server_dir, ["-np", "1", "-c", "512", "--log-file", str(log_file), "--log-jsonl"])
+    try:
+        assert first_tokens(server)
+    finally:
+        assert server.stop() == 0, server.log()
+    entries = [json.loads(line) for line in log_file.read_text().splitlines()]
+    assert any(entry["message"].startswith("model loaded") for entry in entries)
+    assert all({"severity", "message", "logger"} <= set(entry) for entry in entries)
