@@ -112,6 +112,8 @@ class ApiReply:
     # An SSE comment (":") after this many seconds without an event, so that proxies and clients
     # that time out idle connections keep the stream (llama-server's sse_ping_interval); 0: none.
     ping_seconds: float = 0.0
+    # Server-sent events already written out (a replay of a resumable stream, app/stream_sessions.py).
+    raw_stream: Iterator[bytes] | None = None
 
     @classmethod
     def error(cls, exc: BaseException) -> ApiReply:

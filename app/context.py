@@ -12,6 +12,7 @@ from app.engine import Engine, NotReadyError, SamplingParams
 from app.handlers.json_schema import schema_grammar
 from app.metrics import MetricsExporter
 from app.settings import Settings
+from app.stream_sessions import StreamSessions
 from app.template_caps import template_caps
 
 
@@ -26,6 +27,7 @@ class ServerContext:
     _default_grammar: str = ""  # --grammar, or --json-schema's grammar: published with the template
     metrics: MetricsExporter = field(init=False)
     routes: tuple[Route, ...] = ()  # the whole table as served (Vertex routes included)
+    stream_sessions: StreamSessions = field(default_factory=StreamSessions)  # resumable streams
 
     def __post_init__(self) -> None:
         self.metrics = MetricsExporter(self.engine.stats)

@@ -45,6 +45,7 @@ from app.handlers.server_info import (
     post_props,
 )
 from app.handlers.slot_actions import SlotFileBody, post_slot_action
+from app.handlers.streams import LookupBody, delete_stream, get_stream, post_streams_lookup
 from app.handlers.tokens import DetokenizeBody, TokenizeBody, post_detokenize, post_tokenize
 from app.settings import Settings
 
@@ -98,6 +99,9 @@ ROUTES: tuple[RouteSpec, ...] = (
               requires=GENERATION),
     RouteSpec("POST", "/v1/chat/completions", post_chat_completions, body=ChatBody, streams=True,
               requires=GENERATION),
+    RouteSpec("GET", "/v1/stream", get_stream, streams=True),
+    RouteSpec("POST", "/v1/streams/lookup", post_streams_lookup, body=LookupBody),
+    RouteSpec("DELETE", "/v1/stream", delete_stream),
     RouteSpec("POST", "/v1/chat/completions/control", post_chat_control, body=ControlBody, requires=GENERATION),
     RouteSpec("POST", "/chat/completions/input_tokens", post_chat_input_tokens, body=ChatBody),
     RouteSpec("POST", "/v1/chat/completions/input_tokens", post_chat_input_tokens, body=ChatBody),

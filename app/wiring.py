@@ -156,6 +156,7 @@ def build_application(
     flask = create_app(routes, lambda: engine.is_ready, context.api_keys, settings.route_prefix,
                        max_body_bytes=settings.max_body_bytes, is_draining=draining.is_set,
                        cors=CorsPolicy(settings.cors_origins, settings.cors_methods, settings.cors_headers,
-                                                     settings.cors_credentials), site=site)
+                                       settings.cors_credentials),
+                       site=site, sessions=context.stream_sessions)
     engine.start()
     return Application(flask, context, draining)

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import replace
 from typing import Any
 
 from flask import Flask, Response, g, request
@@ -23,8 +25,10 @@ from app.http.connection import close_after_response
 from app.http.cors import DEFAULT_CORS, CorsPolicy
 from app.http.disconnect import disconnect_probe
 from app.http.middleware import install_middleware
-from app.http.render import to_response
+from app.http.render import sse_body, to_response
 from app.http.static_site import StaticSite
+from app.stream_sessions import HEADER as SESSION_HEADER
+from app.stream_sessions import StreamSession, StreamSessions
 
 log = logging.getLogger(__name__)
 
@@ -47,8 +51,11 @@ def tokens_of(body: Any) -> int | None:
     return None
 
 
-def _view(route: Route) -> Callable[..., Response]:
+def _view(route: Route, sessions: StreamSessions | None) -> Callable[..., Response]:
     def view(**path_params: Any) -> Response:
+        client_gone = disconnect_probe(request.environ)
+        conversation = request.headers.get(SESSION_HEADER, "") if route.streams and sessions is not None else ""
+        session = sessions.create(conversation) if sessions is not None and conversation else None
         api_request = ApiRequest(
             method=request.method,
             path=route.path,
@@ -56,13 +63,39 @@ def _view(route: Route) -> Callable[..., Response]:
             params=request.args.to_dict(),
             headers=dict(request.headers),
             path_params={key: str(value) for key, value in path_params.items()},
-            should_stop=disconnect_probe(request.environ),
+            # a resumable stream goes on without its client, until it is cancelled (DELETE /v1/stream)
+            should_stop=session.is_cancelled if session is not None else client_gone,
         )
         reply = route.handler(api_request)
         g.tokens = tokens_of(reply.body)
+        if session is not None and sessions is not None:
+            if reply.stream is None:  # nothing streamed: nothing to resume
+                sessions.evict(conversation)
+                return to_response(reply)
+            return to_response(replace(reply, stream=None, raw_stream=_teed(reply, session, client_gone)))
         return to_response(reply)
 
     return view
+
+
+def _teed(reply: ApiReply, session: StreamSession, client_gone: Callable[[], bool]) -> Iterator[bytes]:
+    """Write the stream into its session on a thread of its own, which runs to the stream's end
+    whether or not the client stays; the client reads the session from its start."""
+    assert reply.stream is not None
+    events = sse_body(reply.stream, reply.stream_error, reply.ping_seconds)
+
+    def produce() -> None:
+        try:
+            for text in events:
+                session.write(text.encode())
+                if session.is_cancelled():
+                    break
+        finally:
+            events.close()
+            session.finish()
+
+    threading.Thread(target=produce, name="resumable-stream", daemon=True).start()
+    return session.read_from(0, client_gone)
 
 
 def _static_view(site: StaticSite, path: str) -> Callable[[], Response]:
@@ -95,6 +128,7 @@ def create_app(
     is_draining: Callable[[], bool] = lambda: False,
     cors: CorsPolicy = DEFAULT_CORS,
     site: StaticSite | None = None,
+    sessions: StreamSessions | None = None,
 ) -> Flask:
     """``site``: static files served at ``/`` (the web UI), public and answered while the model loads;
     a file whose path is a route of the table is not served (the route wins)."""
@@ -109,7 +143,7 @@ def create_app(
         app.add_url_rule(
             prefix + flask_rule(route.path),
             endpoint=f"{route.method} {route.path}",
-            view_func=_view(route),
+            view_func=_view(route, sessions),
             methods=[route.method],
             provide_automatic_options=False,
         )

@@ -6,7 +6,7 @@ import json
 import logging
 import queue
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from typing import Any
 
 from flask import Response
@@ -75,7 +75,7 @@ def with_pings(events: Iterator[SseEvent], seconds: float) -> Iterator[SseEvent 
 
 
 def sse_body(events: Iterator[SseEvent], on_error: Callable[[dict[str, Any]], SseEvent] | None = None,
-             ping_seconds: float = 0.0) -> Iterator[str]:
+             ping_seconds: float = 0.0) -> Generator[str, None, None]:
     """Write events; an error once the stream has started is sent as one error event, then the
     stream ends (headers cannot change any more). With ``ping_seconds``, a comment whenever no
     event has come for that long."""
@@ -94,7 +94,11 @@ def sse_body(events: Iterator[SseEvent], on_error: Callable[[dict[str, Any]], Ss
 
 
 def to_response(reply: ApiReply) -> Response:
-    if reply.stream is not None:
+    if reply.raw_stream is not None:
+        response = Response(reply.raw_stream, status=reply.status, mimetype="text/event-stream")
+        response.headers["Cache-Control"] = "no-cache"
+        response.headers["X-Accel-Buffering"] = "no"
+    elif reply.stream is not None:
         response = Response(sse_body(reply.stream, reply.stream_error, reply.ping_seconds), status=reply.status,
                             mimetype="text/event-stream")
         response.headers["Cache-Control"] = "no-cache"

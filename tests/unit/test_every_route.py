@@ -29,7 +29,9 @@ BODIES: dict[str, dict[str, Any]] = {
     "/lora-adapters": [],  # type: ignore[dict-item]
     "/slots/:id_slot": {"filename": "slot0.bin"},
     "/v1/chat/completions/control": {"id": "chatcmpl-none", "action": "reasoning_end"},
+    "/v1/streams/lookup": {"conversation_ids": ["every-route"]},
 }
+QUERIES = {"/v1/stream": "?conv_id=every-route"}  # a session the fixture's stream made
 RERANK = {"/rerank", "/reranking", "/v1/rerank", "/v1/reranking"}  # --reranking makes an embedding-only server
 
 
@@ -37,6 +39,9 @@ RERANK = {"/rerank", "/reranking", "/v1/rerank", "/v1/reranking"}  # --reranking
 def switched_on(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Application]:
     slots = tmp_path_factory.mktemp("slots")
     built = make_application("--metrics", "--props", "--slot-save-path", str(slots))
+    resumable = built.flask.test_client().post("/completion", json={"prompt": PROMPT, "n_predict": 4, "stream": True},
+                                               headers={"X-Conversation-Id": "every-route"})
+    assert resumable.status_code == 200 and "data: " in resumable.get_data(as_text=True)
     yield built
     built.shutdown()
 
@@ -46,10 +51,16 @@ def switched_on(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Applicatio
 def test_every_route_answers(switched_on: Application, spec: Any) -> None:
     client = switched_on.flask.test_client()
     path = spec.path.replace(":id_slot", "0") + ("?action=save" if ":id_slot" in spec.path else "")
+    path += QUERIES.get(spec.path, "")
+    if spec.method == "DELETE":
+        assert client.delete(path + "?conv_id=nothing-here").status_code == 204
+        return
     response = client.get(path) if spec.method == "GET" else client.post(path, json=BODIES[spec.path])
     assert response.status_code == 200, (spec.path, response.get_data(as_text=True)[:300])
     if spec.path == "/metrics":
         assert "llamacpp:" in response.get_data(as_text=True)
+    elif spec.path == "/v1/stream":
+        assert response.mimetype == "text/event-stream" and "data: " in response.get_data(as_text=True)
     else:
         assert response.is_json and response.json is not None
 

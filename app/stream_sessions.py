@@ -1,0 +1,162 @@
+"""Resumable streams, as llama-server keeps them: a streaming request that carries
+``X-Conversation-Id`` writes its server-sent events into a session as well as to its client, and
+keeps generating when the client goes away; ``GET /v1/stream?conv_id=&from=`` replays the session
+from a byte offset and follows it live, ``POST /v1/streams/lookup`` lists sessions by id, and
+``DELETE /v1/stream`` cancels one. One live session per conversation id; a session keeps its last
+4 MiB, and is dropped 300 s after it completed.
+
+The bytes are the SSE text the client got, so a replay is the same stream. No web framework here:
+the HTTP layer tees a stream into a session (app/http/flask_app.py), the handlers read them."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+MAX_BYTES = 4 * 1024 * 1024
+TTL_SECONDS = 300
+WAKE_SECONDS = 0.2  # a waiting reader checks its client this often
+HEADER = "X-Conversation-Id"
+
+
+class OffsetLost(Exception):
+    """The bytes from that offset were dropped (the session keeps its last MAX_BYTES)."""
+
+
+@dataclass(frozen=True)
+class SessionInfo:
+    conversation_id: str
+    is_done: bool
+    total_bytes: int
+    started_at: int
+    completed_at: int  # 0 while it runs
+
+
+class StreamSession:
+    def __init__(self, conversation_id: str, max_bytes: int = MAX_BYTES) -> None:
+        self.conversation_id = conversation_id
+        self.started_at = int(time.time())
+        self._max = max_bytes
+        self._buffer = bytearray()
+        self._dropped = 0  # bytes gone from the front
+        self._completed_at = 0
+        self._cancelled = threading.Event()
+        self._changed = threading.Condition()
+
+    # ---- the producer ----------------------------------------------------------------------
+
+    def write(self, data: bytes) -> None:
+        with self._changed:
+            if self._completed_at:
+                return
+            self._buffer += data
+            excess = len(self._buffer) - self._max
+            if excess > 0:
+                del self._buffer[:excess]
+                self._dropped += excess
+            self._changed.notify_all()
+
+    def finish(self) -> None:
+        with self._changed:
+            if not self._completed_at:
+                self._completed_at = int(time.time())
+            self._changed.notify_all()
+
+    def cancel(self) -> None:
+        """The producer stops at its next check (``is_cancelled``); readers end."""
+        self._cancelled.set()
+        self.finish()
+
+    def is_cancelled(self) -> bool:
+        return self._cancelled.is_set()
+
+    # ---- readers -----------------------------------------------------------------------------
+
+    @property
+    def done(self) -> bool:
+        return self._completed_at != 0
+
+    def info(self) -> SessionInfo:
+        with self._changed:
+            return SessionInfo(self.conversation_id, self.done, self._dropped + len(self._buffer), self.started_at,
+                               self._completed_at)
+
+    def check_offset(self, offset: int) -> None:
+        with self._changed:
+            if offset < self._dropped:
+                raise OffsetLost(offset)
+
+    def read_from(self, offset: int, client_gone: Callable[[], bool]) -> Iterator[bytes]:
+        """The bytes from ``offset`` on, as they come, until the session completes (or the reader's
+        client goes away); OffsetLost if the reader falls behind what is kept."""
+        while True:
+            with self._changed:
+                if offset < self._dropped:
+                    raise OffsetLost(offset)
+                end = self._dropped + len(self._buffer)
+                if offset >= end:
+                    if self.done:
+                        return
+                    self._changed.wait(WAKE_SECONDS)
+                    chunk = b""
+                else:
+                    chunk = bytes(self._buffer[offset - self._dropped:])
+            if chunk:
+                offset += len(chunk)
+                yield chunk
+            elif client_gone():
+                return
+
+
+class StreamSessions:
+    """The live sessions by conversation id (one each); completed ones expire after TTL_SECONDS."""
+
+    def __init__(self, ttl_seconds: int = TTL_SECONDS, max_bytes: int = MAX_BYTES) -> None:
+        self._ttl = ttl_seconds
+        self._max = max_bytes
+        self._sessions: dict[str, StreamSession] = {}
+        self._lock = threading.Lock()
+
+    def _expire(self) -> None:
+        cutoff = time.time() - self._ttl
+        for key, session in list(self._sessions.items()):
+            if session.done and session.info().completed_at <= cutoff:
+                del self._sessions[key]
+
+    def create(self, conversation_id: str) -> StreamSession:
+        """A new session for the id; a previous one is cancelled (its stream stops)."""
+        fresh = StreamSession(conversation_id, self._max)
+        with self._lock:
+            self._expire()
+            previous = self._sessions.get(conversation_id)
+            self._sessions[conversation_id] = fresh
+        if previous is not None:
+            previous.cancel()
+        return fresh
+
+    def get(self, conversation_id: str) -> StreamSession | None:
+        with self._lock:
+            self._expire()
+            return self._sessions.get(conversation_id)
+
+    def lookup(self, conversation_ids: list[str]) -> list[SessionInfo]:
+        """Sessions whose id is one of these, or one of these followed by ``::`` (a model variant)."""
+        with self._lock:
+            self._expire()
+            sessions = list(self._sessions.values())
+        found = []
+        for wanted in conversation_ids:
+            found += [session.info() for session in sessions if session.conversation_id == wanted
+                      or session.conversation_id.startswith(wanted + "::")]
+        return found
+
+    def evict(self, conversation_id: str, cancel: bool = False) -> None:
+        with self._lock:
+            session = self._sessions.pop(conversation_id, None)
+        if session is not None:
+            if cancel:
+                session.cancel()
+            else:
+                session.finish()
