@@ -384,6 +384,9 @@ class Settings:
         env="LLAMA_ARG_MEDIA_URLS", negative_flags=("--no-media-urls",))
     media_max_bytes: int = option(("--media-max-bytes",), "int", 20 * 1024 * 1024,
         "largest media item a request may give or a URL may return", env="LLAMA_ARG_MEDIA_MAX_BYTES", minimum=1)
+    cache_reuse: int = option(("--cache-reuse",), "int", 0,
+        "reuse cached chunks of at least this many tokens that follow the common prefix, by moving their KV "
+        "cells (0: off); a request's n_cache_reuse wins", env="LLAMA_ARG_CACHE_REUSE", minimum=0, metavar="N")
     slot_prompt_similarity: float = option(("-sps", "--slot-prompt-similarity"), "float", 0.1,
         "a request goes to the idle slot whose cache holds the largest share of its prompt when that share is over "
         "this; else to the least recently used slot (0: always)", minimum=0, metavar="SIMILARITY")

@@ -85,8 +85,6 @@ TREATMENTS: dict[str, Treatment] = {
     "--kv-unified-per-slot": _warn("each slot has its own KV cells here"),
     "--swa-checkpoints": _warn("context checkpoints are not kept here (they only save recomputation)"),
     "--checkpoint-min-step": _warn("context checkpoints are not kept here"),
-    "--cache-reuse": _warn("KV shifting for chunk reuse is not implemented here; prefixes are reused (and restored "
-                           "by --cache-ram)"),
     "--cache-idle-slots": _warn("slots keep their cells while idle here (no unified cache to clear)"),
     "--defrag-thold": _warn("deprecated in llama.cpp; it has no effect there either"),
     "--device": ONE_DEVICE, "--override-tensor": ONE_DEVICE, "--cpu-moe": ONE_DEVICE, "--n-cpu-moe": ONE_DEVICE,

@@ -116,6 +116,7 @@ class FakeBackend:
     _embedder: FakeEmbedder = field(default_factory=lambda: FakeEmbedder())
     closed: bool = False
     shifts: list[tuple[int, int, int]] = field(default_factory=list)
+    moves: list[tuple[int, int, int, int]] = field(default_factory=list)  # cache reuse (move_cells)
     state_reads: int = 0
     state_writes: int = 0
     media: Any = None  # a projector (tests/unit/test_media_scheduling.py gives one)
@@ -174,6 +175,13 @@ class FakeBackend:
     def shift_sequence(self, seq: int, keep: int, discard: int) -> bool:
         del self.kv.setdefault(seq, [])[keep:keep + discard]
         self.shifts.append((seq, keep, discard))
+        return True
+
+    def move_cells(self, seq: int, source: int, target: int, count: int) -> bool:
+        cells = self.kv.setdefault(seq, [])
+        # positions [target + count, source + count) are left empty (-1); later cells keep theirs
+        cells[target:source + count] = cells[source:source + count] + [-1] * (source - target)
+        self.moves.append((seq, source, target, count))
         return True
 
     def forget(self, seq: int, from_pos: int) -> bool:

@@ -189,6 +189,11 @@ class Backend(Protocol):
         """Context shift: drop the cells of positions ``[keep, keep + discard)`` and move the later
         ones back by ``discard``. False when this context cannot shift."""
 
+    def move_cells(self, seq: int, source: int, target: int, count: int) -> bool:
+        """Cache reuse: drop the cells of positions ``[target, source)`` and move the ``count`` cells
+        from ``source`` to ``target`` (later cells keep their positions). False when this context
+        cannot shift."""
+
     def forget(self, seq: int, from_pos: int) -> bool:
         """Drop the KV cells of ``seq`` from position ``from_pos`` on. False when only the whole
         sequence could be dropped."""

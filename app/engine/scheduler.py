@@ -159,12 +159,36 @@ class Scheduler:
         restored = False
         if self.prompt_cache is not None and request.cache_prompt:
             keep, restored = self._use_prompt_cache(slot, job, keep)
+        if request.cache_prompt and request.n_cache_reuse > 0 and not slot.media and not request.media:
+            keep = self._reuse_chunks(slot, request.prompt, keep, request.n_cache_reuse)
         slot.media = list(request.media)
         if not self.backend.forget(slot.id, slot.position(keep)):
             keep = 0
         slot.start(job, self._sampler_for(job), keep)  # type: ignore[arg-type]
         self.stats.on_prompt_start(keep, restored)
         self._report_progress(slot)
+
+    def _reuse_chunks(self, slot: Slot, prompt: tuple[int, ...], keep: int, least: int) -> int:
+        """llama-server's cache reuse: after the common prefix, chunks of at least ``least`` tokens
+        that the slot's cells hold further on are moved to where the prompt has them, instead of
+        being computed again. The prompt tokens now in the cells."""
+        cached = slot.cached
+        source = target = keep
+        while source < len(cached) and target < len(prompt) - 1:  # the last prompt token is decoded
+            matched = 0
+            while (source + matched < len(cached) and target + matched < len(prompt) - 1
+                   and cached[source + matched] == prompt[target + matched]):
+                matched += 1
+            if matched < least:
+                source += 1
+                continue
+            if not self.backend.move_cells(slot.id, source, target, matched):
+                break
+            cached[target:target + matched] = cached[source:source + matched]
+            source += matched
+            target += matched
+        del cached[target:]
+        return target
 
     def _use_prompt_cache(self, slot: Slot, job: Job, keep: int) -> tuple[int, bool]:
         """Before a job overwrites its slot's cells: keep them in the prompt cache, and restore a

@@ -133,6 +133,7 @@ class GenerationRequest:
     lora: tuple[float, ...] | None = None  # adapter scales; None: the global scales at submit time
     deadline: float | None = None  # time.monotonic() by which it ends, whatever it has generated
     media: tuple[MediaChunk, ...] = ()  # in prompt order
+    n_cache_reuse: int = 0  # reuse cached chunks of at least this many tokens after the common prefix (0: off)
     timings_per_token: bool = False  # every chunk carries the timings so far
     return_progress: bool = False  # prompt-processing progress as chunks of no text
     reasoning: ReasoningBudget | None = None  # a budget on the thinking, or its end on request

@@ -108,6 +108,7 @@ class GenerationFields(SamplingOverrides):
     grammar: str | None = None
     json_schema: dict[str, Any] | None = None
     lora: list[Any] | None = None
+    n_cache_reuse: int | None = Field(None, ge=0)  # default: --cache-reuse
     timings_per_token: bool = False
     return_progress: bool = False  # streaming only, as llama-server
     verbose: bool | None = None  # OpenAI answers carry "__verbose" (the native answer); default: -v
@@ -228,6 +229,7 @@ def generation_request(
         t_max_predict_ms=fields.t_max_predict_ms,
         lora=lora,
         media=media,
+        n_cache_reuse=ctx.settings.cache_reuse if fields.n_cache_reuse is None else fields.n_cache_reuse,
         timings_per_token=fields.timings_per_token,
         return_progress=fields.return_progress and fields.stream,
     )

@@ -605,3 +605,35 @@ def test_slot_prompt_similarity_decides_between_a_similar_slot_and_the_least_rec
         assert slot_of("qqq" + "z" * 57) == (1 if similarity < 0.05 else 0)
     finally:
         engine.stop()
+
+
+def test_cache_reuse_moves_a_cached_chunk_to_where_the_new_prompt_has_it() -> None:
+    """llama-server's n_cache_reuse: when a middle part of the cached prompt is gone from the new one
+    (an old turn dropped from a chat), what followed it is moved in the KV cells, not computed
+    again; the cells then hold exactly the new prompt."""
+    backend = FakeBackend(n_seq=1, n_ctx_seq=512)
+    engine = start(backend)
+    try:
+        head, dropped = "System: be brief.", " An old turn, now dropped."
+        document = " The same long document, word for word, in both prompts"
+        cold = events_of(engine.submit(request(head + document, cache_prompt=False)))[-1]
+        events_of(engine.submit(request(head + dropped + document)))  # the slot holds this prompt
+        reused = events_of(engine.submit(request(head + document, n_cache_reuse=8)))[-1]
+        assert isinstance(cold, Completion) and isinstance(reused, Completion)
+        assert backend.moves and backend.moves[0][3] >= len(encode(document)) - 1  # its space is in the prefix
+        assert reused.timings.cache_n >= len(encode(head + document)) and reused.text == cold.text
+        prompt = encode(head + document + ">")
+        assert backend.kv[0][:len(prompt)] == prompt  # the cells hold the new prompt, in order
+    finally:
+        engine.stop()
+
+
+def test_cache_reuse_ignores_chunks_shorter_than_asked() -> None:
+    backend = FakeBackend(n_seq=1, n_ctx_seq=512)
+    engine = start(backend)
+    try:
+        events_of(engine.submit(request("AAAA" + "BBBB" + "short")))
+        reused = events_of(engine.submit(request("AAAA" + "short", n_cache_reuse=8)))[-1]
+        assert isinstance(reused, Completion) and not backend.moves and reused.timings.cache_n == len("AAAA")
+    finally:
+        engine.stop()

@@ -425,6 +425,13 @@ class LlamaBackend:
         lc.llama_memory_seq_add(self._memory, seq, keep + discard, -1, -discard)
         return True
 
+    def move_cells(self, seq: int, source: int, target: int, count: int) -> bool:
+        if not lc.llama_memory_can_shift(self._memory):
+            return False
+        lc.llama_memory_seq_rm(self._memory, seq, target, source)
+        lc.llama_memory_seq_add(self._memory, seq, source, source + count, target - source)
+        return True
+
     def forget(self, seq: int, from_pos: int) -> bool:
         if lc.llama_memory_seq_rm(self._memory, seq, from_pos, -1):
             return True
