@@ -26,7 +26,7 @@ from app.handlers.chat_pipeline import (
 from app.handlers.generation import ping_interval, stream_reply
 from app.handlers.media import SOURCE_FIELD
 from app.handlers.params import validate_body
-from app.handlers.shapes import random_id
+from app.handlers.shapes import random_id, timings_body
 
 
 class TextPart(BaseModel):
@@ -308,7 +308,7 @@ def _stream(ctx: ServerContext, body: ResponsesBody, prepared: Any, deltas: Iter
                             item=_reasoning_item(ids, "", "in_progress"))
             reasoning += delta.reasoning
             yield event("response.reasoning_text.delta", item_id=ids.reasoning, output_index=reasoning_index,
-                        content_index=0, delta=delta.reasoning)
+                        content_index=0, delta=delta.reasoning, **delta.extras)
         if delta.content:
             if reasoning_index is not None and message_index is None:
                 yield event("response.output_item.done", output_index=reasoning_index,
@@ -318,7 +318,7 @@ def _stream(ctx: ServerContext, body: ResponsesBody, prepared: Any, deltas: Iter
                 yield from _open_message(event, ids, message_index)
             text += delta.content
             yield event("response.output_text.delta", item_id=ids.message, output_index=message_index,
-                        content_index=0, delta=delta.content, logprobs=[])
+                        content_index=0, delta=delta.content, logprobs=[], **delta.extras)
         if delta.choice is not None:
             final = delta.choice
     assert final is not None
@@ -347,7 +347,7 @@ def _stream(ctx: ServerContext, body: ResponsesBody, prepared: Any, deltas: Iter
         yield event("response.output_item.done", output_index=index, item=_call_item(call, call.arguments,
                                                                                    "completed"))
     done = _finished(ctx, ids, body, created, final, prepared.n_prompt)
-    yield event(f"response.{done['status']}", response=done)
+    yield event(f"response.{done['status']}", response=done, timings=timings_body(final.completion.timings))
 
 
 def _open_message(event: Any, ids: _Ids, index: int) -> Iterator[SseEvent]:

@@ -110,3 +110,14 @@ def test_closing_a_pinged_stream_closes_its_source() -> None:
     while not closed and time.monotonic() < deadline:
         time.sleep(0.01)
     assert closed == [True]
+
+
+def test_responses_stream_events_carry_the_timings(client: FlaskClient) -> None:
+    """llama-server's Responses stream: the final event has the timings; with timings_per_token
+    every text delta has them too."""
+    raw = client.post("/v1/responses", json={"input": PROMPT, "stream": True, "max_output_tokens": 6,
+                                             "timings_per_token": True}).get_data(as_text=True)
+    streamed = events(raw)
+    deltas = [event for event in streamed if event["type"] == "response.output_text.delta"]
+    assert deltas and all("timings" in event for event in deltas)
+    assert streamed[-1]["type"] == "response.incomplete" and streamed[-1]["timings"]["predicted_n"] == 6
