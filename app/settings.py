@@ -151,6 +151,13 @@ class Settings:
     kv_offload: bool = option(("-kvo", "--kv-offload"), "bool", True,
         "keep the KV cache on the GPU with the offloaded layers (--no-kv-offload: in host memory)",
         env="LLAMA_ARG_KV_OFFLOAD", negative_flags=("-nkvo", "--no-kv-offload"))
+    kv_unified: bool = option(("-kvu", "--kv-unified"), "bool", False,
+        "one KV cache that every slot shares: a slot may take the whole --ctx-size while the others leave "
+        "room (default: per-slot cells of ctx-size / parallel, so batched output equals solo output)",
+        env="LLAMA_ARG_KV_UNIFIED", negative_flags=("-no-kvu", "--no-kv-unified"))
+    cache_idle_slots: bool = option(("--cache-idle-slots",), "bool", True,
+        "when a request starts, idle slots' prompts go to the prompt cache (--cache-ram), and with -kvu their "
+        "cells are freed", env="LLAMA_ARG_CACHE_IDLE_SLOTS", negative_flags=("--no-cache-idle-slots",))
     swa_full: bool = option(("--swa-full",), "bool", False,
         "a full-size cache for sliding-window attention layers (more memory; llama.cpp's default is the window)",
         env="LLAMA_ARG_SWA_FULL")

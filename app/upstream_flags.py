@@ -80,12 +80,9 @@ TREATMENTS: dict[str, Treatment] = {
     "--adaptive-decay": _refuse(f"the adaptive sampler: {RESULTS}"),
     "--backend-sampling": _warn("sampling runs on the CPU here, with the same result"),
     # memory, placement and loading: speed and memory only
-    "--kv-unified": _warn("each slot has its own KV cells here (batched output equals "
-                                                      "solo output); the cells are not unified"),
     "--kv-unified-per-slot": _warn("each slot has its own KV cells here"),
     "--swa-checkpoints": _warn("context checkpoints are not kept here (they only save recomputation)"),
     "--checkpoint-min-step": _warn("context checkpoints are not kept here"),
-    "--cache-idle-slots": _warn("slots keep their cells while idle here (no unified cache to clear)"),
     "--defrag-thold": _warn("deprecated in llama.cpp; it has no effect there either"),
     "--device": ONE_DEVICE, "--override-tensor": ONE_DEVICE, "--cpu-moe": ONE_DEVICE, "--n-cpu-moe": ONE_DEVICE,
     "--n-cpu-ffn": ONE_DEVICE, "--rpc": ONE_DEVICE, "--mmproj-device": ONE_DEVICE,

@@ -69,6 +69,8 @@ class EngineOptions:
     prompt_cache_bytes: int | None = 0  # --cache-ram: 0 off, None no limit
     context_shift: bool = False  # --context-shift (off while a projector is loaded, as llama-server)
     slot_similarity: float = 0.1  # -sps: the share of a prompt an idle slot must hold to be chosen for it
+    kv_unified: bool = False  # -kvu
+    cache_idle_slots: bool = True  # --cache-idle-slots
 
 
 @dataclass(frozen=True)
@@ -352,7 +354,9 @@ class Engine:
         scheduler = Scheduler(backend, self._stats, SchedulerOptions(cont_batching=self._options.cont_batching,
                                                                         prompt_cache_bytes=self._options.prompt_cache_bytes,
                                                                         context_shift=self._context_shift(backend),
-                                                                        slot_similarity=self._options.slot_similarity))
+                                                                        slot_similarity=self._options.slot_similarity,
+                                                                        kv_unified=self._options.kv_unified,
+                                                                        cache_idle_slots=self._options.cache_idle_slots))
         self._slots = scheduler.slots
         self._awake.set()
         return scheduler

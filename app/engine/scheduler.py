@@ -9,6 +9,7 @@ and every follower samples its first token from the leader's logits. Runs on the
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections import deque
@@ -31,6 +32,8 @@ class SchedulerOptions:
     prompt_cache_bytes: int | None = 0  # the prompt cache's limit (--cache-ram): 0 off, None no limit
     context_shift: bool = False  # --context-shift
     slot_similarity: float = 0.1  # -sps: an idle slot holding more than this share of a prompt takes it (0: LRU)
+    kv_unified: bool = False  # -kvu: the slots share one KV cache
+    cache_idle_slots: bool = True  # idle slots' prompts go to the prompt cache (and leave the cells, with -kvu)
 
 
 class Scheduler:
@@ -153,8 +156,25 @@ class Scheduler:
             sampling = replace(sampling, logit_bias=sampling.logit_bias + bias)
         return self.backend.new_sampler(sampling)
 
+    def _cache_idle_slots(self, starting: Slot) -> None:
+        """llama-server's --cache-idle-slots: when a job starts, the prompts of the idle slots go to
+        the prompt cache; with a shared KV cache (-kvu) their cells are freed for the running ones."""
+        cache = self.prompt_cache
+        if cache is None or not self.options.cache_idle_slots:
+            return
+        for other in self.slots:
+            if other is starting or other.busy or not other.cached:
+                continue
+            cache.keep(other.cached, other.media, functools.partial(self.backend.read_sequence, other.id))
+            if self.options.kv_unified:
+                self.backend.forget(other.id, 0)
+                other.cached.clear()
+                other.media = []
+        self.stats.on_prompt_cache(cache.size_bytes, len(cache))
+
     def _start(self, slot: Slot, job: Job) -> None:
         request = job.request
+        self._cache_idle_slots(slot)
         keep = slot.reusable_prefix(request.prompt, request.media) if request.cache_prompt else 0
         restored = False
         if self.prompt_cache is not None and request.cache_prompt:

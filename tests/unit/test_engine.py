@@ -637,3 +637,21 @@ def test_cache_reuse_ignores_chunks_shorter_than_asked() -> None:
         assert isinstance(reused, Completion) and not backend.moves and reused.timings.cache_n == len("AAAA")
     finally:
         engine.stop()
+
+
+@pytest.mark.parametrize("unified", [False, True])
+def test_idle_slots_go_to_the_prompt_cache_and_leave_a_shared_cache(unified: bool) -> None:
+    """--cache-idle-slots: when a job starts, the idle slots' prompts are kept in the prompt cache;
+    with -kvu their cells are freed, and a later request for that prompt is restored from the cache."""
+    backend = FakeBackend(n_seq=2, n_ctx_seq=512)
+    engine = start(backend, prompt_cache_bytes=None, kv_unified=unified)
+    try:
+        events_of(engine.submit(request("the first prompt, a long one")))
+        events_of(engine.submit(request("a second prompt, different")))
+        assert backend.state_reads >= 1
+        assert (backend.kv[0] == []) is unified
+        again = events_of(engine.submit(request("the first prompt, a long one")))[-1]
+        assert isinstance(again, Completion) and again.timings.cache_n > 0
+        assert (backend.state_writes >= 1) is unified  # restored from the cache, or still in its cells
+    finally:
+        engine.stop()

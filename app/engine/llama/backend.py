@@ -181,6 +181,7 @@ class LlamaConfig:
     rope: RopeConfig = field(default_factory=RopeConfig)
     loading: LoadConfig = field(default_factory=LoadConfig)
     kv_offload: bool = True
+    kv_unified: bool = False  # one KV cache for every slot (-kvu)
     op_offload: bool = True
     swa_full: bool = False
     warmup: bool = True
@@ -208,19 +209,19 @@ class LlamaBackend:
             n_ctx, _ = self._fit(config, self._model, gpus)
         vocab = lc.llama_model_get_vocab(self._model)
         n_ctx_train = int(lc.llama_model_n_ctx_train(self._model))
-        per_seq = (n_ctx or n_ctx_train) // config.n_seq
-        per_seq = min(per_seq, n_ctx_train)
+        shares = 1 if config.kv_unified else config.n_seq  # -kvu: every slot may take the whole context
+        per_seq = min((n_ctx or n_ctx_train) // shares, n_ctx_train)
         if per_seq < 8:
             lc.llama_model_free(self._model)
             raise ModelLoadError(f"--ctx-size gives {per_seq} tokens per slot; give each slot at least 8")
         ctx_params = lc.llama_context_default_params()
-        ctx_params.n_ctx = per_seq * config.n_seq
+        ctx_params.n_ctx = per_seq * shares
         ctx_params.n_batch = config.n_batch
         ctx_params.n_ubatch = min(config.n_ubatch, config.n_batch)
         ctx_params.n_seq_max = config.n_seq
         ctx_params.n_threads = config.n_threads
         ctx_params.n_threads_batch = config.n_threads_batch
-        ctx_params.kv_unified = False
+        ctx_params.kv_unified = config.kv_unified
         ctx_params.offload_kqv = config.kv_offload
         ctx_params.op_offload = config.op_offload
         ctx_params.swa_full = config.swa_full
@@ -245,6 +246,7 @@ class LlamaBackend:
         self._memory = lc.llama_get_memory(self._ctx)
         self.n_seq = int(lc.llama_n_seq_max(self._ctx))
         self.n_ctx_seq = int(lc.llama_n_ctx_seq(self._ctx))
+        self.kv_unified = config.kv_unified
         self.n_batch = int(lc.llama_n_batch(self._ctx))  # llama.cpp may lower it: read it back
         self._batch = lc.llama_batch_init(self.n_batch, 0, 1)
         self._config = config
