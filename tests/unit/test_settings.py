@@ -211,3 +211,21 @@ def test_loading_options_reach_llama_cpps_model_parameters() -> None:
     defaults, _ = _model_params(LoadConfig(), -1)
     assert (defaults.load_mode, defaults.split_mode, bool(defaults.kv_overrides), bool(defaults.tensor_split)) == (
         -1, 1, False, False)
+
+
+def test_context_flags_reach_llama_cpps_context_parameters() -> None:
+    """The flags whose effect needs a GPU or a sliding-window model (-nkvo, --no-op-offload,
+    --swa-full) and -kvu, as llama.cpp's context gets them (app/wiring.py -> context_params)."""
+    from app.engine.llama.backend import context_params
+    from app.wiring import backend_config
+
+    settings = parse("-nkvo", "--no-op-offload", "--swa-full", "-kvu", "-np", "3", "-ctk", "q8_0", "-fa", "on")
+    params = context_params(backend_config(settings, "/models/m.gguf"), 4096)
+    assert (params.offload_kqv, params.op_offload, params.swa_full, params.kv_unified) == (False, False, True, True)
+    assert (params.n_ctx, params.n_seq_max, params.type_k, params.flash_attn_type) == (4096, 3, 8, 1)
+    defaults = context_params(backend_config(parse(), "/models/m.gguf"), 1024)
+    assert (defaults.offload_kqv, defaults.op_offload, defaults.swa_full, defaults.kv_unified) == (True, True, False,
+                                                                                                  False)
+    loading = backend_config(parse("--no-repack", "--no-host", "-sm", "none", "-mg", "1", "-ts", "1,1"), "m").loading
+    assert (loading.repack, loading.no_host, loading.split_mode, loading.main_gpu, loading.tensor_split) == (
+        False, True, "none", 1, (1.0, 1.0))

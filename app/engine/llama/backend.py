@@ -188,6 +188,35 @@ class LlamaConfig:
     fit: FitConfig = field(default_factory=FitConfig)
 
 
+def context_params(config: LlamaConfig, n_ctx: int) -> Any:
+    """llama_context_params for the generation context of ``config``, ``n_ctx`` tokens in all."""
+    params = lc.llama_context_default_params()
+    params.n_ctx = n_ctx
+    params.n_batch = config.n_batch
+    params.n_ubatch = min(config.n_ubatch, config.n_batch)
+    params.n_seq_max = config.n_seq
+    params.n_threads = config.n_threads
+    params.n_threads_batch = config.n_threads_batch
+    params.kv_unified = config.kv_unified
+    params.offload_kqv = config.kv_offload
+    params.op_offload = config.op_offload
+    params.swa_full = config.swa_full
+    params.flash_attn_type = _FLASH_ATTN[config.flash_attn]
+    params.type_k = _GGML_TYPES[config.cache_type_k]
+    params.type_v = _GGML_TYPES[config.cache_type_v]
+    rope = config.rope
+    params.rope_scaling_type = _ROPE_SCALING[rope.scaling]
+    params.rope_freq_base = rope.freq_base
+    params.rope_freq_scale = rope.freq_scale
+    params.yarn_orig_ctx = rope.yarn_orig_ctx
+    params.yarn_ext_factor = rope.yarn_ext_factor
+    params.yarn_attn_factor = rope.yarn_attn_factor
+    params.yarn_beta_fast = rope.yarn_beta_fast
+    params.yarn_beta_slow = rope.yarn_beta_slow
+    params.no_perf = True
+    return params
+
+
 class LlamaBackend:
     """A loaded model and its context. Used by the engine thread only (the vocabulary aside)."""
 
@@ -214,30 +243,7 @@ class LlamaBackend:
         if per_seq < 8:
             lc.llama_model_free(self._model)
             raise ModelLoadError(f"--ctx-size gives {per_seq} tokens per slot; give each slot at least 8")
-        ctx_params = lc.llama_context_default_params()
-        ctx_params.n_ctx = per_seq * shares
-        ctx_params.n_batch = config.n_batch
-        ctx_params.n_ubatch = min(config.n_ubatch, config.n_batch)
-        ctx_params.n_seq_max = config.n_seq
-        ctx_params.n_threads = config.n_threads
-        ctx_params.n_threads_batch = config.n_threads_batch
-        ctx_params.kv_unified = config.kv_unified
-        ctx_params.offload_kqv = config.kv_offload
-        ctx_params.op_offload = config.op_offload
-        ctx_params.swa_full = config.swa_full
-        ctx_params.flash_attn_type = _FLASH_ATTN[config.flash_attn]
-        ctx_params.type_k = _GGML_TYPES[config.cache_type_k]
-        ctx_params.type_v = _GGML_TYPES[config.cache_type_v]
-        rope = config.rope
-        ctx_params.rope_scaling_type = _ROPE_SCALING[rope.scaling]
-        ctx_params.rope_freq_base = rope.freq_base
-        ctx_params.rope_freq_scale = rope.freq_scale
-        ctx_params.yarn_orig_ctx = rope.yarn_orig_ctx
-        ctx_params.yarn_ext_factor = rope.yarn_ext_factor
-        ctx_params.yarn_attn_factor = rope.yarn_attn_factor
-        ctx_params.yarn_beta_fast = rope.yarn_beta_fast
-        ctx_params.yarn_beta_slow = rope.yarn_beta_slow
-        ctx_params.no_perf = True
+        ctx_params = context_params(config, per_seq * shares)
         self._ctx = lc.llama_init_from_model(self._model, ctx_params)
         if not self._ctx:
             lc.llama_model_free(self._model)
