@@ -34,7 +34,7 @@ from app.engine.types import (
     sampler_names,
 )
 from app.ui import BUILTIN_UI_DIRECTORY
-from app.upstream_flags import treatment, unimplemented
+from app.upstream_flags import extensions, treatment, unimplemented
 
 Kind = Literal["str", "int", "float", "bool", "keys", "choice", "paths", "scaled", "texts"]
 
@@ -672,6 +672,7 @@ OPTIONS: tuple[Option, ...] = tuple(
 HELP_FLAGS = ("-h", "--help", "--usage")  # llama-server's
 UNIMPLEMENTED = unimplemented([*HELP_FLAGS, *(flag for option in OPTIONS for flag in (*option.flags,
                                                                                       *option.negative_flags))])
+EXTENSIONS = extensions((option.flags, option.negative_flags, option.env) for option in OPTIONS)
 _UPSTREAM_DEST = "upstream:"
 
 

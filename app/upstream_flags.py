@@ -132,9 +132,27 @@ def unimplemented(declared: Iterable[str]) -> tuple[UpstreamFlag, ...]:
     return tuple(flag for flag in upstream_flags() if not ours & {*flag.flags, *flag.negative})
 
 
-def readme_section(unimplemented_flags: tuple[UpstreamFlag, ...]) -> str:
-    """The README's list of the unimplemented flags, grouped by treatment and reason (a test
-    checks that the README holds exactly this)."""
+def extensions(declared: Iterable[tuple[tuple[str, ...], tuple[str, ...], str | None]]
+               ) -> list[tuple[str, str | None, str | None]]:
+    """Of this server's options (their flags and environment variable), what llama-server lacks:
+    (the option's name, it again when llama-server has no such flag, its variable when llama-server has
+    none). Each is (its flags, its negative flags, its variable)."""
+    upstream_names = {name for flag in upstream_flags() for name in (*flag.flags, *flag.negative)}
+    upstream_env = {flag.env for flag in upstream_flags() if flag.env}
+    found = []
+    for flags, negatives, env in declared:
+        name = max(flags, key=len)
+        own_flag = None if upstream_names & {*flags, *negatives} else name
+        own_env = env if env and env not in upstream_env else None
+        if own_flag or own_env:
+            found.append((name, own_flag, own_env))
+    return found
+
+
+def readme_section(unimplemented_flags: tuple[UpstreamFlag, ...],
+                   own: list[tuple[str, str | None, str | None]] | None = None) -> str:
+    """The README's list of the unimplemented flags, grouped by treatment and reason, and of this
+    server's extensions (a test checks that the README holds exactly this)."""
     groups: dict[str, dict[str, list[str]]] = {"warn": {}, "refuse": {}}
     for flag in unimplemented_flags:
         how = treatment(flag)
@@ -152,4 +170,9 @@ def readme_section(unimplemented_flags: tuple[UpstreamFlag, ...]) -> str:
                           ("refuse", "Refused at start-up (exit 2), with the reason")):
         lines += ["", f"**{title}:**", "", "| flags | why |", "|---|---|"]
         lines += [f"| {', '.join(names)} | {reason} |" for reason, names in sorted(groups[action].items())]
+    if own:
+        lines += ["", "**This server's own, which llama-server does not have** (flags and environment variables):",
+                  "", "| option | own flag | own environment variable |", "|---|---|---|"]
+        lines += [f"| `{name}` | {f'`{flag}`' if flag else ''} | {f'`{env}`' if env else ''} |"
+                  for name, flag, env in own]
     return "\n".join(lines) + "\n"

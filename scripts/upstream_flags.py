@@ -108,14 +108,14 @@ def pinned_arg_cpp() -> str:
 
 def write_readme() -> None:
     sys.path.insert(0, str(ROOT))
-    from app.settings import UNIMPLEMENTED
+    from app.settings import EXTENSIONS, UNIMPLEMENTED
     from app.upstream_flags import readme_section
 
     readme = ROOT / "README.md"
     text = readme.read_text()
     start = text.index("\n", text.index("<!-- upstream-flags:start")) + 1
     end = text.index("<!-- upstream-flags:end -->")
-    readme.write_text(text[:start] + readme_section(UNIMPLEMENTED) + text[end:])
+    readme.write_text(text[:start] + readme_section(UNIMPLEMENTED, EXTENSIONS) + text[end:])
 
 
 def main() -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from app.settings import HELP_FLAGS, OPTIONS, UNIMPLEMENTED, SettingsError, parse_settings
+from app.settings import EXTENSIONS, HELP_FLAGS, OPTIONS, UNIMPLEMENTED, SettingsError, parse_settings
 from app.upstream_flags import UpstreamFlag, treatment, upstream_flags
 
 DECLARED = {*HELP_FLAGS, *(flag for option in OPTIONS for flag in (*option.flags, *option.negative_flags))}
@@ -102,7 +102,7 @@ def test_the_readme_lists_the_unimplemented_flags_as_they_are_treated() -> None:
     readme = (Path(__file__).parents[2] / "README.md").read_text()
     start = readme.index("<!-- upstream-flags:start")
     body = readme[readme.index("\n", start) + 1:readme.index("<!-- upstream-flags:end -->")]
-    assert body == readme_section(UNIMPLEMENTED)
+    assert body == readme_section(UNIMPLEMENTED, EXTENSIONS)
 
 
 def test_the_readme_configuration_names_every_option() -> None:
