@@ -46,6 +46,7 @@ class ApiRequest:
     path_params: Mapping[str, str] = field(default_factory=dict)
     should_stop: Callable[[], bool] = _never_stop
     parsed_body: Any = _NO_JSON
+    files: Mapping[str, bytes] = field(default_factory=dict)  # a multipart form's files (its fields are the body)
 
     def json(self) -> Any:
         """The body as JSON (``None`` for an empty body); 400 naming the problem if it is not JSON."""

@@ -47,6 +47,7 @@ from app.handlers.server_info import (
 from app.handlers.slot_actions import SlotFileBody, post_slot_action
 from app.handlers.streams import LookupBody, delete_stream, get_stream, post_streams_lookup
 from app.handlers.tokens import DetokenizeBody, TokenizeBody, post_detokenize, post_tokenize
+from app.handlers.transcriptions import TranscriptionBody, post_transcriptions
 from app.settings import Settings
 
 ContextHandler = Callable[[ServerContext, ApiRequest], ApiReply]
@@ -98,6 +99,10 @@ ROUTES: tuple[RouteSpec, ...] = (
     RouteSpec("POST", "/chat/completions", post_chat_completions, body=ChatBody, streams=True,
               requires=GENERATION),
     RouteSpec("POST", "/v1/chat/completions", post_chat_completions, body=ChatBody, streams=True,
+              requires=GENERATION),
+    RouteSpec("POST", "/v1/audio/transcriptions", post_transcriptions, body=TranscriptionBody, streams=True,
+              requires=GENERATION),
+    RouteSpec("POST", "/audio/transcriptions", post_transcriptions, body=TranscriptionBody, streams=True,
               requires=GENERATION),
     RouteSpec("GET", "/v1/stream", get_stream, streams=True),
     RouteSpec("POST", "/v1/streams/lookup", post_streams_lookup, body=LookupBody),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 from collections.abc import Callable, Iterator, Sequence
@@ -56,10 +57,12 @@ def _view(route: Route, sessions: StreamSessions | None) -> Callable[..., Respon
         client_gone = disconnect_probe(request.environ)
         conversation = request.headers.get(SESSION_HEADER, "") if route.streams and sessions is not None else ""
         session = sessions.create(conversation) if sessions is not None and conversation else None
+        body, files = _body_and_files()
         api_request = ApiRequest(
             method=request.method,
             path=route.path,
-            body=request.get_data(cache=False),
+            body=body,
+            files=files,
             params=request.args.to_dict(),
             headers=dict(request.headers),
             path_params={key: str(value) for key, value in path_params.items()},
@@ -76,6 +79,18 @@ def _view(route: Route, sessions: StreamSessions | None) -> Callable[..., Respon
         return to_response(reply)
 
     return view
+
+
+def _body_and_files() -> tuple[bytes, dict[str, bytes]]:
+    """The request body; a form (multipart, as llama-server takes, or URL-encoded) becomes a JSON
+    object of its text fields (a repeated field becomes a list) and its files."""
+    if request.mimetype not in ("multipart/form-data", "application/x-www-form-urlencoded"):
+        return request.get_data(cache=False), {}
+    fields: dict[str, Any] = {}
+    for key in request.form:
+        values = request.form.getlist(key)
+        fields[key] = values[0] if len(values) == 1 else values
+    return json.dumps(fields).encode(), {key: upload.read() for key, upload in request.files.items()}
 
 
 def _teed(reply: ApiReply, session: StreamSession, client_gone: Callable[[], bool]) -> Iterator[bytes]:

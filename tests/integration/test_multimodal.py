@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import io
+import json
 import os
 import struct
 import threading
@@ -308,6 +309,29 @@ def test_an_audio_part_through_an_audio_projector(audio_server: Server) -> None:
         "n_predict": 1}, timeout=120).json()
     # libmtmd wraps Qwen2-Audio's rows in <|audio_bos|> ... <|audio_eos|> (plain text to SmolLM2's vocabulary)
     assert native["tokens_evaluated"] == count("<|audio_bos|>") + AUDIO_TOKENS + count("<|audio_eos|>")
+
+
+def test_transcription_through_the_openai_sdk(audio_server: Server, tmp_path: Path) -> None:
+    """/v1/audio/transcriptions as llama-server serves it: a multipart upload, transcribed by the
+    chat model through its audio projector (random weights: what it says means nothing)."""
+    recording = tmp_path / "speech.wav"
+    recording.write_bytes(wav())
+    client = openai.OpenAI(base_url=audio_server.url("/v1"), api_key="none")
+    with recording.open("rb") as audio:
+        transcript = client.audio.transcriptions.create(model="whisper-1", file=audio, language="en",
+                                                        extra_body={"max_tokens": 6, "temperature": 0})
+    assert isinstance(transcript.text, str)
+    assert transcript.usage is not None and transcript.usage.type == "tokens"
+    assert transcript.usage.input_tokens > AUDIO_TOKENS and 0 < transcript.usage.output_tokens <= 6
+    with recording.open("rb") as audio:
+        streamed = requests.post(audio_server.url("/v1/audio/transcriptions"), timeout=120,
+                                 files={"file": ("speech.wav", audio, "audio/wav")},
+                                 data={"stream": "true", "max_tokens": "6", "temperature": "0"})
+    events = [json.loads(line[6:]) for line in streamed.text.splitlines() if line.startswith("data: {")]
+    assert events[-1]["type"] == "transcript.text.done" and streamed.text.rstrip().endswith("data: [DONE]")
+    assert "".join(event["delta"] for event in events[:-1]) == events[-1]["text"]
+    missing = requests.post(audio_server.url("/v1/audio/transcriptions"), data={"model": "x"}, timeout=30)
+    assert missing.status_code == 400 and "No input file" in missing.json()["error"]["message"]
 
 
 def test_an_image_to_an_audio_projector_is_a_400(audio_server: Server) -> None:

@@ -33,6 +33,7 @@ BODIES: dict[str, dict[str, Any]] = {
 }
 QUERIES = {"/v1/stream": "?conv_id=every-route"}  # a session the fixture's stream made
 RERANK = {"/rerank", "/reranking", "/v1/rerank", "/v1/reranking"}  # --reranking makes an embedding-only server
+AUDIO = {"/v1/audio/transcriptions", "/audio/transcriptions"}  # need an audio projector: tests/integration
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +47,7 @@ def switched_on(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Applicatio
     built.shutdown()
 
 
-@pytest.mark.parametrize("spec", [spec for spec in ROUTES if spec.path not in RERANK],
+@pytest.mark.parametrize("spec", [spec for spec in ROUTES if spec.path not in RERANK | AUDIO],
                          ids=lambda spec: f"{spec.method} {spec.path}")
 def test_every_route_answers(switched_on: Application, spec: Any) -> None:
     client = switched_on.flask.test_client()
@@ -90,3 +91,11 @@ def test_the_web_ui_is_at_the_root_unless_switched_off(client: FlaskClient) -> N
         assert off.get("/props").json["ui"] is False  # type: ignore[index]
     finally:
         built.shutdown()
+
+
+def test_transcription_without_an_audio_projector_is_a_501(switched_on: Application) -> None:
+    client = switched_on.flask.test_client()
+    for path in sorted(AUDIO):
+        response = client.post(path, data={"model": "whisper-1"})
+        assert response.status_code == 501, path
+        assert response.get_json()["error"]["message"] == "The current model does not support audio input."

@@ -41,7 +41,7 @@ def embedding_only() -> Iterator[Application]:
 def test_an_embedding_only_server_refuses_every_generation_route(embedding_only: Application) -> None:
     client = embedding_only.flask.test_client()
     generating = [spec for spec in ROUTES if spec.requires is GENERATION]
-    assert len(generating) == 10
+    assert len(generating) == 12
     for spec in generating:
         response = client.post(spec.path, json={"prompt": PROMPT, "messages": [{"role": "user", "content": "x"}]})
         assert response.status_code == 501 and response.json is not None, spec.path
