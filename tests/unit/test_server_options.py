@@ -111,3 +111,24 @@ def test_verbose_answers_carry_the_native_answer() -> None:
     finally:
         quiet.shutdown()
         loud.shutdown()
+
+
+KWARGS_TEMPLATE = ("{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}"
+                   "[thinking={{ enable_thinking | default('unset') }} effort={{ reasoning_effort | default('unset') }}]")
+
+
+@pytest.mark.parametrize(("flags", "fields", "rendered"), [
+    ((), {}, "[thinking=unset effort=unset]"),
+    (("--reasoning", "off"), {}, "[thinking=False effort=unset]"),
+    (("-rea", "on", "--reasoning-effort", "high"), {}, "[thinking=True effort=high]"),
+    (("--reasoning-effort", "high"), {"reasoning_effort": "low"}, "[thinking=unset effort=low]"),
+    ((), {"reasoning_effort": "none"}, "[thinking=False effort=unset]"),
+])
+def test_reasoning_flags_and_fields_reach_the_template(flags: tuple[str, ...], fields: dict[str, Any],
+                                                       rendered: str) -> None:
+    app = make_application("--chat-template", KWARGS_TEMPLATE, *flags)
+    try:
+        prompt = post(app, "/apply-template", {"messages": [{"role": "user", "content": "Hi"}], **fields})["prompt"]
+        assert prompt.endswith(rendered)
+    finally:
+        app.shutdown()
