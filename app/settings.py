@@ -33,6 +33,7 @@ from app.engine.types import (
     SamplingParams,
     sampler_names,
 )
+from app.host_cpus import usable_cpus
 from app.ui import BUILTIN_UI_DIRECTORY
 from app.upstream_flags import extensions, treatment, unimplemented
 
@@ -104,7 +105,8 @@ class Settings:
     ubatch_size: int = option(("-ub", "--ubatch-size"), "int", 512,
         "physical batch size", env="LLAMA_ARG_UBATCH", minimum=1)
     threads: int = option(("-t", "--threads"), "int", -1,
-        "CPU threads for generation (-1 = all cores)", env="LLAMA_ARG_THREADS", minimum=-1)
+        "CPU threads for generation (-1 = the CPUs this container may use: its CPU set, held to its CPU quota)",
+        env="LLAMA_ARG_THREADS", minimum=-1)
     threads_batch: int = option(("-tb", "--threads-batch"), "int", -1,
         "CPU threads for prompt processing (-1 = same as --threads)",
         env="LLAMA_ARG_THREADS_BATCH", minimum=-1)
@@ -558,7 +560,7 @@ class Settings:
 
     @property
     def cpu_threads(self) -> int:
-        return self.threads if self.threads > 0 else (os.cpu_count() or 1)
+        return self.threads if self.threads > 0 else usable_cpus()
 
     @property
     def cpu_threads_batch(self) -> int:
@@ -568,7 +570,7 @@ class Settings:
     def http_threads(self) -> int:
         if self.threads_http > 0:
             return max(self.threads_http, self.slot_count + 4)
-        return max(self.slot_count + 4, (os.cpu_count() or 1) - 1)
+        return max(self.slot_count + 4, usable_cpus() - 1)
 
     @property
     def template_kwargs(self) -> dict[str, Any]:
