@@ -76,6 +76,9 @@ METRICS: tuple[MetricSpec, ...] = (
     MetricSpec("vllm:time_to_first_token_seconds", "histogram",
                "Histogram of time to first token in seconds (from the request's slot).",
                lambda s: s.time_to_first_token),
+    MetricSpec("llamacpp:step_host_seconds", "histogram",
+               "Seconds the engine thread spends outside llama_decode per decode step (batching, sampling, "
+               "detokenizing, handing events over)", lambda s: s.step_host_seconds),
     MetricSpec("vllm:time_per_output_token_seconds", "histogram", "Histogram of time per output token in seconds.",
                lambda s: s.time_per_output_token),
 )

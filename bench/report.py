@@ -5,7 +5,8 @@
 Prints one table: time to healthy, time to first token, aggregate generated tokens/s at 1, 4, 8
 and 16 concurrent streams, /predict with 8 instances against 8 sequential calls (and how many of
 a 128-instance /predict are answered), tokenize
-requests/s, the health check's p99 latency while 32 streams run (one read slowly), and peak
+requests/s, the health check's p99 latency while 32 streams run (one read slowly), the engine
+thread's own time per decode step at each stream count (/metrics llamacpp:step_host_seconds), and peak
 memory (RSS of the server's processes), with ratios ours/theirs; then the prompt cache's table
 (bench/prompt_cache.py: time to first token with --cache-ram off and on). The servers run one after the
 other, never together. Not a test: timings on shared machines are noisy.
@@ -211,6 +212,14 @@ def health_p99_under_load(base: str, health: str, max_tokens: int, streams: int 
     return statistics.quantiles(latencies, n=100)[98] if len(latencies) > 1 else latencies[0]
 
 
+def step_host_seconds(base: str) -> tuple[float, float]:
+    """(steps, seconds) of llamacpp:step_host_seconds: the engine thread's own time per decode step."""
+    text = requests.get(base + "/metrics", timeout=10).text
+    values = {line.split()[0]: float(line.split()[1]) for line in text.splitlines()
+              if line.startswith(("llamacpp:step_host_seconds_count", "llamacpp:step_host_seconds_sum"))}
+    return values.get("llamacpp:step_host_seconds_count", 0.0), values.get("llamacpp:step_host_seconds_sum", 0.0)
+
+
 def best(rounds: int, measure: Callable[[], float], higher_is_better: bool) -> float:
     values = [measure() for _ in range(rounds)]
     return max(values) if higher_is_better else min(values)
@@ -223,8 +232,12 @@ def measure(server: Running, ours: bool, max_tokens: int, rounds: int) -> dict[s
     results["time to first token, s (lower: better)"] = statistics.median(
         stream_chat(base, QUESTIONS[0], 16)[1] for _ in range(3))
     for n in STREAMS:
+        before = step_host_seconds(base) if ours else (0.0, 0.0)
         results[f"tok/s, {n} streams (higher: better)"] = best(
             rounds, lambda n=n: streams_tokens_per_second(base, n, max_tokens), True)  # type: ignore[misc]
+        if ours:  # the engine thread's own time a step (batching, sampling, text, events), at this load
+            steps, seconds = (after - earlier for after, earlier in zip(step_host_seconds(base), before, strict=True))
+            results[f"engine's own ms a step, {n} streams"] = 1000 * seconds / steps if steps else 0.0
     results["8 sequential calls, s (lower: better)"] = best(
         rounds, lambda: sequential_seconds(base, max_tokens), False)
     if ours:

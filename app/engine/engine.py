@@ -403,13 +403,16 @@ class Engine:
                 return None
             if busy or scheduler.pending or scheduler.embeddings:
                 idle_since = time.monotonic()
+            started = time.perf_counter()
             try:
                 scheduler.run_controls()
                 scheduler.run_embeddings()
                 scheduler.admit()
                 scheduler.report_load()
                 if scheduler.busy:
-                    scheduler.step()
+                    decoding = scheduler.step()
+                    if decoding:  # the engine thread's own time this step: batches, sampling, text, events
+                        self._stats.on_step(time.perf_counter() - started - decoding)
                     idle_since = time.monotonic()
                 elif self._should_sleep(idle_since, scheduler):
                     return self._sleep_until_needed(scheduler)

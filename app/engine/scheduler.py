@@ -46,6 +46,7 @@ class Scheduler:
         self.embeddings: deque[EmbedJob] = deque()
         self.controls: deque[ControlJob] = deque()
         self._lora_turn = 0
+        self._decode_seconds = 0.0  # inside llama_decode, this step
         self.prompt_cache = PromptCache(options.prompt_cache_bytes) if options.prompt_cache_bytes != 0 else None
 
     @property
@@ -259,7 +260,14 @@ class Scheduler:
         media = self.backend.media
         return media is not None and media.whole(chunk)
 
-    def step(self) -> None:
+    def step(self) -> float:
+        """One decode step (several decodes where media rows come first); the seconds spent inside
+        llama_decode, so that the engine can tell its own time per step (``on_step``) from it."""
+        self._decode_seconds = 0.0
+        self._step()
+        return self._decode_seconds
+
+    def _step(self) -> None:
         self._drop_cancelled()
         lora = self._lora_group()
         members = {slot.id for slot in self.slots if slot.job is not None and slot.job.request.lora == lora}
@@ -308,6 +316,7 @@ class Scheduler:
         is tried again on its own (llama.cpp rolls back a failed decode), so a failure stays with
         the job it belongs to and the others go on."""
         in_batch = {entry.seq for entry in batch}
+        started = time.perf_counter()
         try:
             self.backend.decode(batch)
         except DecodeError as exc:
@@ -325,6 +334,7 @@ class Scheduler:
                 owner = next(slot for slot in self.slots if slot.id == seq)
                 self._decode(sub, [(owner, _rows(sub) - 1)] if sub[-1].logits else [])
             return
+        self._decode_seconds += time.perf_counter() - started
         self.stats.on_decode(_rows(batch), len(in_batch))
         for slot in self.slots:
             if slot.id in in_batch and slot.state is SlotState.PREFILL:

@@ -9,6 +9,8 @@ from dataclasses import dataclass, replace
 TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
                 20.0, 40.0, 80.0)
 TPOT_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0)
+# the engine thread's own time per step (outside llama_decode): tens of microseconds to milliseconds
+STEP_BUCKETS = (0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1)
 
 
 @dataclass(frozen=True)
@@ -56,6 +58,7 @@ class EngineStats:
     kv_cells_total: int = 0
     time_to_first_token: Histogram = Histogram(TTFT_BUCKETS)
     time_per_output_token: Histogram = Histogram(TPOT_BUCKETS)
+    step_host_seconds: Histogram = Histogram(STEP_BUCKETS)  # per decode step, outside llama_decode
 
     @property
     def kv_usage(self) -> float:
@@ -100,6 +103,11 @@ class StatsRecorder:
                 busy_slots_total=stats.busy_slots_total + n_sequences,
                 max_sequences_per_decode=max(stats.max_sequences_per_decode, n_sequences),
             )
+
+    def on_step(self, host_seconds: float) -> None:
+        """A decode step done: the seconds the engine thread spent outside llama_decode."""
+        with self._lock:
+            self._stats = replace(self._stats, step_host_seconds=self._stats.step_host_seconds.observe(host_seconds))
 
     def on_prompt_done(self, n_tokens: int, seconds: float) -> None:
         """A prompt is decoded, ``seconds`` after its job got a slot: its first token is next."""

@@ -54,3 +54,18 @@ def test_the_vllm_metrics_follow_the_work(with_metrics: Application) -> None:
         "vllm:time_to_first_token_seconds_count[]"]
     tpot = after["vllm:time_per_output_token_seconds"]
     assert tpot["vllm:time_per_output_token_seconds_count[]"] >= 1
+
+
+def test_the_engines_own_time_per_step_is_measured(with_metrics: Application) -> None:
+    """llamacpp:step_host_seconds: a step per generated token (after the prompt's), each observed."""
+    def observed() -> tuple[float, float]:
+        family = scrape(with_metrics)["llamacpp:step_host_seconds"]
+        return family["llamacpp:step_host_seconds_count[]"], family["llamacpp:step_host_seconds_sum[]"]
+
+    count, total = observed()
+    client = with_metrics.flask.test_client()
+    assert client.post("/completion", json={"prompt": "Count>", "n_predict": 6, "cache_prompt": False}
+                       ).status_code == 200
+    count_after, total_after = observed()
+    assert count_after - count >= 6  # the prompt's decode, then one a token
+    assert total_after > total
