@@ -114,7 +114,8 @@ def test_verbose_answers_carry_the_native_answer() -> None:
 
 
 KWARGS_TEMPLATE = ("{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}"
-                   "[thinking={{ enable_thinking | default('unset') }} effort={{ reasoning_effort | default('unset') }}]")
+                   "[thinking={{ enable_thinking | default('unset') }} "
+                   "effort={{ reasoning_effort | default('unset') }}]")
 
 
 @pytest.mark.parametrize(("flags", "fields", "rendered"), [
