@@ -43,7 +43,9 @@ def _chat(request: ApiRequest, body: TranscriptionBody) -> ChatBody:
     prompt = body.prompt or DEFAULT_PROMPT
     if body.language:
         prompt += f" (language: {body.language})"
+    passthrough = {key: value for key, value in (body.model_extra or {}).items() if key in ChatBody.model_fields}
     chat: dict[str, Any] = {
+        **passthrough,  # as llama-server, the form's other fields reach the chat (ignore_eos, seed, ...)
         "messages": [{"role": "user", "content": [
             {"type": "text", "text": prompt},
             {"type": "input_audio", "input_audio": {"data": base64.b64encode(audio).decode(), "format": "wav"}}]}],

@@ -18,7 +18,7 @@ DOCUMENT = ("The lighthouse keeper climbed the spiral stairs every evening, lit 
 
 def complete(server: Server, prompt: str, **fields: Any) -> dict[str, Any]:
     reply = requests.post(server.url("/completion"), timeout=120, json={
-        "prompt": prompt, "n_predict": 8, "temperature": 0, **fields})
+        "prompt": prompt, "n_predict": 8, "temperature": 0, "ignore_eos": True, **fields})
     assert reply.status_code == 200, reply.text
     body: dict[str, Any] = reply.json()
     return body
