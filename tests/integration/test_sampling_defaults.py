@@ -28,7 +28,7 @@ def chat(server: Server, **fields: Any) -> str:
 
 def first_token(server: Server, **fields: Any) -> int:
     response = requests.post(server.url("/completion"), timeout=120, json={
-        "prompt": TEXT, "n_predict": 1, "temperature": 0, "return_tokens": True, **fields})
+        "prompt": TEXT, "n_predict": 1, "temperature": 0, "ignore_eos": True, "return_tokens": True, **fields})
     assert response.status_code == 200, response.text[:300]
     token: int = response.json()["tokens"][0]
     return token
