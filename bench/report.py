@@ -1,13 +1,14 @@
-"""The benchmark report: this container against llama-cpp-python's own server, same model, one run.
+"""The benchmark report: this container against llama-server (built from the llama.cpp the pinned
+llama-cpp-python vendors: bench/llama_server.py) and llama-cpp-python's own server, same model, one run.
 
-    .venv/bin/python bench/report.py [--max-tokens 64] [--threads 2] [--rounds 1]
+    .venv/bin/python bench/report.py [--max-tokens 64] [--threads 2] [--rounds 1] [--peer NAME ...]
 
 Prints one table: time to healthy, time to first token, aggregate generated tokens/s at 1, 4, 8
 and 16 concurrent streams, /predict with 8 instances against 8 sequential calls (and how many of
 a 128-instance /predict are answered), tokenize
 requests/s, the health check's p99 latency while 32 streams run (one read slowly), the engine
 thread's own time per decode step at each stream count (/metrics llamacpp:step_host_seconds), and peak
-memory (RSS of the server's processes), with ratios ours/theirs; then the prompt cache's table
+memory (RSS of the server's processes), with ratios ours/theirs for each peer; then the prompt cache's table
 (bench/prompt_cache.py: time to first token with --cache-ram off and on). The servers run one after the
 other, never together. Not a test: timings on shared machines are noisy.
 """
@@ -225,7 +226,22 @@ def best(rounds: int, measure: Callable[[], float], higher_is_better: bool) -> f
     return max(values) if higher_is_better else min(values)
 
 
-def measure(server: Running, ours: bool, max_tokens: int, rounds: int) -> dict[str, float]:
+@dataclass(frozen=True)
+class Peer:
+    """How the benchmark talks to a server: its health path and its tokenize route."""
+
+    name: str
+    health: str
+    tokenize: tuple[str, str]  # path, field of the text
+
+
+OURS = Peer("vertex-llama", "/health", ("/tokenize", "content"))
+PEERS = {"llama-server": Peer("llama-server", "/health", ("/tokenize", "content")),
+         "llama_cpp.server": Peer("llama_cpp.server", "/v1/models", ("/extras/tokenize", "input"))}
+
+
+def measure(server: Running, peer: Peer, max_tokens: int, rounds: int) -> dict[str, float]:
+    ours = peer is OURS
     base = server.base
     one_chat(base, "warm up", 8)
     results = {"time to healthy, s (lower: better)": server.healthy_s}
@@ -243,13 +259,25 @@ def measure(server: Running, ours: bool, max_tokens: int, rounds: int) -> dict[s
     if ours:
         results["/predict with 8 instances, s"] = best(rounds, lambda: predict_seconds(base, max_tokens), False)
         results["/predict of 128: predictions answered"] = predict_128_answered(base)
-        results["tokenize, requests/s (higher: better)"] = tokenize_rps(base, "/tokenize", "content")
-    else:
-        results["tokenize, requests/s (higher: better)"] = tokenize_rps(base, "/extras/tokenize", "input")
-    results["health p99 under 32 streams, ms (lower)"] = health_p99_under_load(
-        base, "/health" if ours else "/v1/models", max_tokens)
+    results["tokenize, requests/s (higher: better)"] = tokenize_rps(base, *peer.tokenize)
+    results["health p99 under 32 streams, ms (lower)"] = health_p99_under_load(base, peer.health, max_tokens)
     results["peak memory, MiB (lower: better)"] = server.peak_rss / (1 << 20)
     return results
+
+
+def peer_command(name: str, model: str, port: int, threads: int) -> tuple[list[str], Path]:
+    """(command, working directory) of a peer server on ``port``, with the slots and context ours gets."""
+    if name == "llama-server":
+        from bench.llama_server import llama_server  # builds it once (cached)
+
+        binary = llama_server()
+        return ([str(binary), "-m", model, "--host", "127.0.0.1", "--port", str(port), "-np", "16", "-c", "16384",
+                 "-t", str(threads), "--no-webui"], binary.parent)
+    # With runtime CPU dispatch, llama-cpp-python's own Llama class finds ggml's backends only beside
+    # the executable or in the working directory: run it from the wheel's library directory.
+    return ([sys.executable, "-m", "llama_cpp.server", "--model", model, "--port", str(port), "--host", "127.0.0.1",
+             "--n_ctx", "2048", "--n_threads", str(threads), "--n_threads_batch", str(threads),
+             "--interrupt_requests", "False"], llama_lib_dir())
 
 
 def main() -> None:
@@ -257,41 +285,46 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--peer", action="append", choices=sorted(PEERS),
+                        help="a server to compare against, repeatable (default: both)")
     args = parser.parse_args()
     model = str(embedded_model_path())
+    peers = args.peer or sorted(PEERS)
 
     port = free_port()
     ours_cmd = [sys.executable, "-m", "app", "--model", model, "--port", str(port), "-np", "16", "-c", "16384",
                 "-t", str(args.threads)]
     with running(ours_cmd, port, "/health", {"AIP_MODE": "PREDICTION", "AIP_HTTP_PORT": str(port)}) as server:
-        ours = measure(server, True, args.max_tokens, args.rounds)
-
-    port = free_port()
-    theirs_cmd = [sys.executable, "-m", "llama_cpp.server", "--model", model, "--port", str(port),
-                  "--host", "127.0.0.1", "--n_ctx", "2048", "--n_threads", str(args.threads),
-                  "--n_threads_batch", str(args.threads), "--interrupt_requests", "False"]
-    # With runtime CPU dispatch, llama-cpp-python's own Llama class finds ggml's backends only beside
-    # the executable or in the working directory: run it from the wheel's library directory.
-    with running(theirs_cmd, port, "/v1/models", {}, cwd=llama_lib_dir()) as server:
-        theirs = measure(server, False, args.max_tokens, args.rounds)
+        ours = measure(server, OURS, args.max_tokens, args.rounds)
+    theirs: dict[str, dict[str, float]] = {}
+    for name in peers:  # one server at a time, never two together
+        port = free_port()
+        command, cwd = peer_command(name, model, port, args.threads)
+        with running(command, port, PEERS[name].health, {}, cwd=cwd) as server:
+            theirs[name] = measure(server, PEERS[name], args.max_tokens, args.rounds)
 
     print(f"model {Path(model).name}; {args.max_tokens} tokens a request; {args.threads} threads; "
           f"{os.cpu_count()} cores; {platform.machine()}; best of {args.rounds}")
-    print(f"| {'measure':40} | {'vertex-llama':>12} | {'llama_cpp.server':>16} | {'ours/theirs':>11} |")
-    print(f"|{'-' * 42}|{'-' * 14}|{'-' * 18}|{'-' * 13}|")
+    cells = ["measure".ljust(40), "vertex-llama".rjust(12)]
+    for name in peers:
+        cells += [name.rjust(16), f"ours/{name}".rjust(21)]
+    print("| " + " | ".join(cells) + " |")
+    print("|" + "|".join("-" * (len(cell) + 2) for cell in cells) + "|")
     for key, value in ours.items():
-        peer = theirs.get(key)
-        ratio = f"{value / peer:.2f}" if peer else "-"
-        shown = f"{peer:16.2f}" if peer is not None else f"{'-':>16}"
-        print(f"| {key:40} | {value:12.2f} | {shown} | {ratio:>11} |")
+        row = [key.ljust(40), f"{value:12.2f}"]
+        for name in peers:
+            peer = theirs[name].get(key)
+            row.append(f"{peer:16.2f}" if peer is not None else "-".rjust(16))
+            row.append(f"{value / peer:21.2f}" if peer else "-".rjust(21))
+        print("| " + " | ".join(row) + " |")
     predict = ours["/predict with 8 instances, s"]
-    their_seq = theirs["8 sequential calls, s (lower: better)"]
-    print(f"| {'/predict(8) vs their 8 sequential calls':40} | {predict:12.2f} | {their_seq:16.2f} | "
-          f"{predict / their_seq:11.2f} |")
+    for name in peers:
+        sequential = theirs[name]["8 sequential calls, s (lower: better)"]
+        print(f"/predict(8) of ours against 8 sequential calls of {name}: {predict:.2f} s / {sequential:.2f} s = "
+              f"{predict / sequential:.2f}")
     print()
     from bench.prompt_cache import prompt_cache_table  # it imports this module
     prompt_cache_table(threads=args.threads)
-
 
 if __name__ == "__main__":
     main()
