@@ -6,7 +6,7 @@ flags of the project's own build (app/llama_build.py), for the benchmark to comp
 The sdist comes from the package index (pip download); the build is cached under
 ``$XDG_CACHE_HOME/vertex-llama/llama-server/<version>-<flags hash>``. Its web UI is left out
 (``-DLLAMA_USE_PREBUILT_UI=OFF``: the prebuilt one is a download, and there is no network here).
-A first build takes about 25 minutes on two cores (every CPU variant of a portable build)."""
+A first build takes about 16 minutes on two cores (every CPU variant of a portable build)."""
 
 from __future__ import annotations
 
