@@ -82,7 +82,9 @@ def _input_tokens(ctx: ServerContext, raw: Any, field: str) -> list[list[int]]:
     return tokens
 
 
-def _native_answer(ctx: ServerContext, result: EmbeddingResult, norm: int) -> ApiReply:
+def _native_answer(ctx: ServerContext, result: EmbeddingResult, requested_norm: int | None) -> ApiReply:
+    """The native answer: every input's vectors, normalized as asked, else by --embd-normalize."""
+    norm = ctx.settings.embd_normalize if requested_norm is None else requested_norm
     return ApiReply(body=[
         {"index": index, "embedding": [normalize(row, norm) for row in vectors]}
         for index, vectors in enumerate(result.vectors)
@@ -103,8 +105,7 @@ def post_embedding(ctx: ServerContext, request: ApiRequest) -> ApiReply:
         raise InvalidRequestError('"input" or "content" must be provided')
     result = embed(ctx, _input_tokens(ctx, raw, "input" if body.input is not None else "content"),
                    request.should_stop)
-    norm = ctx.settings.embd_normalize if body.embd_normalize is None else body.embd_normalize
-    return _native_answer(ctx, result, norm)
+    return _native_answer(ctx, result, body.embd_normalize)
 
 
 class OpenAIEmbeddingBody(BaseModel):
@@ -131,10 +132,10 @@ def post_openai_embeddings(ctx: ServerContext, request: ApiRequest) -> ApiReply:
                                   "other sizes are not supported")
     if body.input is None and body.content is None:
         raise InvalidRequestError('"input" or "content" must be provided')
-    norm = 2 if body.embd_normalize is None else body.embd_normalize
     if body.input is None:
         return _native_answer(ctx, embed(ctx, _input_tokens(ctx, body.content, "content"), request.should_stop),
-                              ctx.settings.embd_normalize if body.embd_normalize is None else norm)
+                              body.embd_normalize)
+    norm = 2 if body.embd_normalize is None else body.embd_normalize  # the OpenAI route's default: Euclidean
     result = embed(ctx, _input_tokens(ctx, body.input, "input"), request.should_stop)
     if result.pooling == "none":
         raise InvalidRequestError("Pooling type 'none' is not OAI compatible. Please use a different pooling type")
