@@ -9,25 +9,19 @@ import math
 import os
 from pathlib import Path
 
-CGROUP = Path("/sys/fs/cgroup")
-
-
-def _read(path: Path) -> str | None:
-    try:
-        return path.read_text().strip()
-    except OSError:
-        return None
+from app.cgroup import CGROUP, read_file
 
 
 def cpu_quota(cgroup: Path = CGROUP) -> float | None:
     """CPUs' worth of time the cgroup may use (``2.5`` for 250000/100000); None without a quota."""
-    v2 = _read(cgroup / "cpu.max")
+    v2 = read_file(cgroup / "cpu.max")
     if v2 is not None:
         quota, _, period = v2.partition(" ")
         if quota != "max" and quota.isdigit() and period.isdigit() and int(period) > 0:
             return int(quota) / int(period)
         return None
-    quota_v1, period_v1 = _read(cgroup / "cpu" / "cpu.cfs_quota_us"), _read(cgroup / "cpu" / "cpu.cfs_period_us")
+    v1 = cgroup / "cpu"
+    quota_v1, period_v1 = read_file(v1 / "cpu.cfs_quota_us"), read_file(v1 / "cpu.cfs_period_us")
     if quota_v1 and period_v1 and quota_v1.isdigit() and period_v1.isdigit() and int(period_v1) > 0:
         return int(quota_v1) / int(period_v1)  # v1's "no quota" is -1, which is not digits
     return None

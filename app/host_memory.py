@@ -5,21 +5,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-CGROUP = Path("/sys/fs/cgroup")
+from app.cgroup import CGROUP, read_file
+
 MEMINFO = Path("/proc/meminfo")
 
 
-def _read(path: Path) -> str | None:
-    try:
-        return path.read_text().strip()
-    except OSError:
-        return None
-
-
 def _cgroup_room(root: Path) -> int | None:
-    limit, used = _read(root / "memory.max"), _read(root / "memory.current")  # cgroup v2
+    limit, used = read_file(root / "memory.max"), read_file(root / "memory.current")  # cgroup v2
     if limit is None or used is None:
-        limit, used = _read(root / "memory" / "memory.limit_in_bytes"), _read(root / "memory" / "memory.usage_in_bytes")
+        v1 = root / "memory"
+        limit, used = read_file(v1 / "memory.limit_in_bytes"), read_file(v1 / "memory.usage_in_bytes")
     if limit is None or used is None or not limit.isdigit() or not used.isdigit():
         return None
     if int(limit) >= 1 << 60:  # v1's "no limit"
@@ -28,7 +23,7 @@ def _cgroup_room(root: Path) -> int | None:
 
 
 def _meminfo_available(meminfo: Path) -> int | None:
-    for line in (_read(meminfo) or "").splitlines():
+    for line in (read_file(meminfo) or "").splitlines():
         if line.startswith("MemAvailable:"):
             return int(line.split()[1]) * 1024
     return None
