@@ -34,6 +34,7 @@ from app.engine.types import (
     sampler_names,
 )
 from app.host_cpus import usable_cpus
+from app.hub import HubError, split_repo_tag
 from app.ui import BUILTIN_UI_DIRECTORY
 from app.upstream_flags import extensions, treatment, unimplemented
 
@@ -813,9 +814,10 @@ def _validate(settings: Settings) -> None:
     if settings.hf_repo is not None:
         if settings.model is not None:
             raise SettingsError("--model and --hf-repo: give one")
-        repo = settings.hf_repo.partition(":")[0]
-        if repo.count("/") != 1 or not all(repo.split("/")):
-            raise SettingsError(f"--hf-repo {settings.hf_repo!r}: expected <user>/<model>[:quant]")
+        try:
+            split_repo_tag(settings.hf_repo)  # the form's one owner
+        except HubError as exc:
+            raise SettingsError(str(exc)) from None
     elif settings.hf_file is not None:
         raise SettingsError("--hf-file names a file of --hf-repo; give --hf-repo too")
     if settings.chat_template and settings.chat_template_file:
