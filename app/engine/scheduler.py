@@ -164,9 +164,10 @@ class Scheduler:
         if cache is None or not self.options.cache_idle_slots:
             return
         for other in self.slots:
-            if other is starting or other.busy or not other.cached:
+            if other is starting or other.busy or not other.cached or other.offered:
                 continue
             cache.keep(other.cached, other.media, functools.partial(self.backend.read_sequence, other.id))
+            other.offered = True
             if self.options.kv_unified:
                 self.backend.forget(other.id, 0)
                 other.cached.clear()

@@ -115,6 +115,9 @@ class Slot:
     job: Job | None = None
     last_used: float = 0.0
     media: list[MediaChunk] = field(default_factory=list)  # the media of the prompt whose rows are cached
+    # The cells as they are now were offered to the prompt cache (--cache-idle-slots): not again
+    # until they change (a job starts here, a slot file is restored).
+    offered: bool = False
     # Per-job state, reset by ``start``.
     pending: list[int] = field(default_factory=list)
     next_token: int = -1
@@ -201,6 +204,7 @@ class Slot:
         prompt = list(job.request.prompt)
         self.job = job
         self.state = SlotState.PREFILL
+        self.offered = False
         self.sampler = sampler
         self.media = list(job.request.media)
         del self.cached[keep:]

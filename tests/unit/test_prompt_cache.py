@@ -124,3 +124,23 @@ def test_available_memory_from_the_cgroup_or_meminfo(tmp_path: Path) -> None:
     (cgroup / "memory.max").write_text("max\n")
     assert available_memory_bytes(cgroup, meminfo) == 20000000 * 1024
     assert available_memory_bytes(tmp_path / "none", tmp_path / "none") is None
+
+
+def test_an_idle_slot_is_offered_to_the_cache_once_until_its_cells_change(monkeypatch: pytest.MonkeyPatch) -> None:
+    """--cache-idle-slots compares an idle slot's cells with every kept prompt: done once per content
+    of the cells, not again at every request that starts elsewhere."""
+    offered: list[tuple[int, ...]] = []
+    keep = PromptCache.keep
+
+    def counting(cache: PromptCache, tokens: tuple[int, ...], *rest: object) -> bool:
+        offered.append(tuple(tokens))
+        return keep(cache, tokens, *rest)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(PromptCache, "keep", counting)
+    backend = FakeBackend(reply_for=lambda prompt: "ok", n_seq=3, n_ctx_seq=1024, n_batch=64)
+    with running_engine(backend, EngineOptions(prompt_cache_bytes=1 << 20)) as engine:
+        for prompt in (LONG_A, LONG_B, "Zebras, a third prompt>"):  # one slot each, the least recently used
+            run(engine, prompt)
+    first = tuple(encode(LONG_A))
+    assert sum(tokens[:len(first)] == first for tokens in offered) == 1
+    assert len(offered) == 2  # slot 0 when the second request started; slot 1 (only) at the third
