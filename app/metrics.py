@@ -3,7 +3,8 @@
 The ``llamacpp:`` metrics are llama-server's; ``llamacpp:n_sequences_per_decode_max`` is this
 server's addition (the most sequences one ``llama_decode`` has carried). The ``vllm:`` metrics
 carry vLLM's names and meanings, so Vertex AI's AutoMetrics and its autoscaling targets on
-``vertex_vllm_num_requests_waiting`` / ``vertex_vllm_gpu_cache_usage_perc`` work unchanged. A
+``vertex_vllm_num_requests_waiting`` / ``vertex_vllm_gpu_cache_usage_perc`` work unchanged. The
+``llamacpp:spec_decode_*`` counters are zero (the per-position one empty) without speculative decoding. A
 collector reads the engine's counters at scrape time: nothing is updated on the hot path.
 """
 
@@ -26,9 +27,9 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 @dataclass(frozen=True)
 class MetricSpec:
     name: str
-    kind: Literal["counter", "gauge", "histogram"]
+    kind: Literal["counter", "gauge", "histogram", "positions"]  # positions: a counter per draft position
     help: str
-    read: Callable[[EngineStats], float | Histogram]
+    read: Callable[[EngineStats], float | Histogram | tuple[int, ...]]
 
 
 METRICS: tuple[MetricSpec, ...] = (
@@ -62,6 +63,14 @@ METRICS: tuple[MetricSpec, ...] = (
                lambda s: s.busy_slots_per_decode),
     MetricSpec("llamacpp:n_sequences_per_decode_max", "gauge",
                "Most sequences decoded together in one llama_decode() call", lambda s: s.max_sequences_per_decode),
+    MetricSpec("llamacpp:spec_decode_num_draft_tokens_total", "counter", "Speculative: Total draft tokens generated",
+               lambda s: s.draft_tokens_total),
+    MetricSpec("llamacpp:spec_decode_num_accepted_tokens_total", "counter",
+               "Speculative: Total draft tokens accepted by the target model", lambda s: s.draft_accepted_total),
+    MetricSpec("llamacpp:spec_decode_num_drafts_total", "counter",
+               "Speculative: Total speculative decoding verification steps", lambda s: s.drafts_total),
+    MetricSpec("llamacpp:spec_decode_num_accepted_tokens_per_pos_total", "positions",
+               "Accepted tokens per draft position", lambda s: s.accepted_per_position),
     MetricSpec("vllm:num_requests_running", "gauge", "Number of requests in model execution batches.",
                lambda s: s.requests_processing),
     MetricSpec("vllm:num_requests_waiting", "gauge", "Number of requests waiting to be processed.",
@@ -89,7 +98,13 @@ def family(spec: MetricSpec, stats: EngineStats) -> Metric:
     if spec.kind == "histogram":
         assert isinstance(value, Histogram)
         return HistogramMetricFamily(spec.name, spec.help, buckets=value.cumulative(), sum_value=value.total)
-    assert not isinstance(value, Histogram)
+    if spec.kind == "positions":
+        assert isinstance(value, tuple)
+        counters = CounterMetricFamily(spec.name, spec.help, labels=["position"])
+        for position, count in enumerate(value):
+            counters.add_metric([str(position)], count)
+        return counters
+    assert not isinstance(value, Histogram | tuple)
     if spec.kind == "counter":
         return CounterMetricFamily(spec.name, spec.help, value=value)
     return GaugeMetricFamily(spec.name, spec.help, value=value)

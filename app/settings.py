@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Literal
 
+from app.engine.speculative import SPEC_TYPES, UPSTREAM_ONLY_SPEC_TYPES, SpeculationOptions
 from app.engine.types import (
     KV_CACHE_TYPES,
     KV_OVERRIDE_TYPES,
@@ -404,6 +405,37 @@ class Settings:
         "prompt cache in host RAM, MiB: prompt states that leave their slot are kept and restored into any slot "
         "whose request shares their prefix (default: the smaller of 8192 and a quarter of the memory available "
         "at start; -1: no limit; 0: off)", env="LLAMA_ARG_CACHE_RAM", minimum=-1, metavar="MIB")
+    spec_type: str = option(("--spec-type",), "str", "none",
+        "comma-separated speculative decoding types, tried in order: ngram-simple (drafts from the slot's own "
+        "history), draft-simple (a draft model; the default when --spec-draft-model is given), none",
+        env="LLAMA_ARG_SPEC_TYPE", metavar="TYPES")
+    spec_draft_model: str | None = option(("-md", "--model-draft", "--spec-draft-model"), "str", None,
+        "draft model for speculative decoding (same vocabulary; a path or a gs:// URI)",
+        env="LLAMA_ARG_SPEC_DRAFT_MODEL", metavar="FNAME")
+    spec_draft_n_max: int = option(("--spec-draft-n-max",), "int", 3,
+        "most tokens the draft model drafts per step (a request's speculative.n_max wins)",
+        env="LLAMA_ARG_SPEC_DRAFT_N_MAX", minimum=0, metavar="N")
+    spec_draft_n_min: int = option(("--spec-draft-n-min",), "int", 0,
+        "a shorter draft-model draft is not verified (a request's speculative.n_min wins)",
+        env="LLAMA_ARG_SPEC_DRAFT_N_MIN", minimum=0, metavar="N")
+    spec_draft_p_min: float = option(("--spec-draft-p-min", "--draft-p-min"), "float", 0.0,
+        "a draft ends at a token the draft model gives less than this probability (a request's speculative.p_min "
+        "wins)", env="LLAMA_ARG_SPEC_DRAFT_P_MIN", minimum=0, metavar="P")
+    spec_draft_ngl: str = option(("-ngld", "--gpu-layers-draft", "--n-gpu-layers-draft", "--spec-draft-ngl"), "str",
+        "auto", "draft model layers to offload to the GPU: a number, 'auto' or 'all'",
+        env="LLAMA_ARG_N_GPU_LAYERS_DRAFT", metavar="N")
+    spec_draft_threads: int = option(("-td", "--threads-draft", "--spec-draft-threads"), "int", -1,
+        "CPU threads of the draft model (-1: --threads)", minimum=-1, metavar="N")
+    spec_draft_threads_batch: int = option(("-tbd", "--threads-batch-draft", "--spec-draft-threads-batch"), "int", -1,
+        "CPU threads of the draft model's prompt processing (-1: --threads-draft)", minimum=-1, metavar="N")
+    spec_draft_type_k: str = option(("-ctkd", "--cache-type-k-draft", "--spec-draft-type-k"), "choice", "f16",
+        "the draft model's KV cache data type for K", choices=KV_CACHE_TYPES, metavar="TYPE")
+    spec_draft_type_v: str = option(("-ctvd", "--cache-type-v-draft", "--spec-draft-type-v"), "choice", "f16",
+        "the draft model's KV cache data type for V", choices=KV_CACHE_TYPES, metavar="TYPE")
+    spec_ngram_simple_size_n: int = option(("--spec-ngram-simple-size-n",), "int", 12,
+        "ngram-simple: tokens looked up in the history (the last sampled one included)", minimum=1, metavar="N")
+    spec_ngram_simple_size_m: int = option(("--spec-ngram-simple-size-m",), "int", 48,
+        "ngram-simple: most tokens drafted after a match", minimum=1, metavar="N")
     media_marker: str | None = option(("--media-marker",), "str", None,
         "the text that stands for a media item in prompts and prompt_string (default: random per start, as "
         "llama-server's; /props reports it)", env="LLAMA_MEDIA_MARKER", metavar="TEXT")
@@ -572,6 +604,21 @@ class Settings:
         if self.threads_http > 0:
             return max(self.threads_http, self.slot_count + 4)
         return max(self.slot_count + 4, usable_cpus() - 1)
+
+    @property
+    def speculation(self) -> SpeculationOptions:
+        """--spec-type and the --spec-* settings; a draft model alone means draft-simple, as upstream."""
+        types = tuple(kind.strip() for kind in self.spec_type.split(",") if kind.strip() and kind.strip() != "none")
+        if not types and self.spec_draft_model is not None:
+            types = ("draft-simple",)
+        return SpeculationOptions(types=types, draft_n_max=self.spec_draft_n_max, draft_n_min=self.spec_draft_n_min,
+                                  draft_p_min=self.spec_draft_p_min, ngram_size_n=self.spec_ngram_simple_size_n,
+                                  ngram_size_m=self.spec_ngram_simple_size_m)
+
+    @property
+    def draft_gpu_layers(self) -> int:
+        """``-ngld`` as llama.cpp's number (``auto``/``all``: every layer)."""
+        return -1 if self.spec_draft_ngl in ("auto", "all") else int(self.spec_draft_ngl)
 
     @property
     def template_kwargs(self) -> dict[str, Any]:
@@ -820,8 +867,28 @@ def _validate(settings: Settings) -> None:
             raise SettingsError(str(exc)) from None
     elif settings.hf_file is not None:
         raise SettingsError("--hf-file names a file of --hf-repo; give --hf-repo too")
+    _validate_speculation(settings)
     if settings.chat_template and settings.chat_template_file:
         raise SettingsError("--chat-template and --chat-template-file cannot be used together")
+
+
+def _validate_speculation(settings: Settings) -> None:
+    for kind in settings.spec_type.split(","):
+        kind = kind.strip()
+        if kind in UPSTREAM_ONLY_SPEC_TYPES:
+            raise SettingsError(f"--spec-type {kind}: not implemented here (implemented: {', '.join(SPEC_TYPES)})")
+        if kind and kind not in SPEC_TYPES:
+            raise SettingsError(f"--spec-type: unknown type {kind!r} (implemented: {', '.join(SPEC_TYPES)})")
+    if "draft-simple" in settings.speculation.types and settings.spec_draft_model is None:
+        raise SettingsError("--spec-type draft-simple: give the draft model with --spec-draft-model/-md")
+    if settings.spec_draft_ngl not in ("auto", "all"):
+        try:
+            int(settings.spec_draft_ngl)
+        except ValueError:
+            raise SettingsError(f"--spec-draft-ngl/-ngld: invalid value {settings.spec_draft_ngl!r} (expected a "
+                                "number, auto or all)") from None
+    if settings.spec_draft_p_min > 1:
+        raise SettingsError("--spec-draft-p-min: a probability, 0 to 1")
 
 
 def build_parser(prog: str = "python -m app") -> argparse.ArgumentParser:

@@ -105,8 +105,9 @@ TREATMENTS: dict[str, Treatment] = {
     "--model-url": NO_HUB, "--mmproj-url": NO_HUB, "--docker-repo": NO_HUB,
     "--models-dir": ROUTER, "--models-max": ROUTER, "--models-preset": ROUTER, "--models-autoload": ROUTER,
     "--agent": TOOLS, "--tools": TOOLS, "--tools-runtime": TOOLS, "--mcp-servers-config": TOOLS,
-    "--mcp-servers-json": TOOLS, "--lookup-cache-static": _warn("n-gram lookup decoding is not implemented here"),
-    "--lookup-cache-dynamic": _warn("n-gram lookup decoding is not implemented here"),
+    "--mcp-servers-json": TOOLS,
+    "--lookup-cache-static": _warn("n-gram cache files are for --spec-type ngram-cache, not implemented here"),
+    "--lookup-cache-dynamic": _warn("n-gram cache files are for --spec-type ngram-cache, not implemented here"),
 }
 
 
@@ -115,8 +116,7 @@ def treatment(flag: UpstreamFlag) -> Treatment | None:
     if flag.removed is not None:
         return _refuse(f"removed from llama-server: {flag.removed}")
     if flag.speculative or any("draft" in name for name in flag.flags):
-        return _warn("speculative decoding is not implemented here: requests decode without it (the output is the "
-                     "same, only slower)")
+        return _speculation_treatment(flag)
     if flag.name.endswith(("-default", "-spec")):
         return _refuse("llama-server's presets are not built in here: give the model with --hf-repo (or --model) "
                        "and the flags")
@@ -124,6 +124,29 @@ def treatment(flag: UpstreamFlag) -> Treatment | None:
         if name in TREATMENTS:
             return TREATMENTS[name]
     return None
+
+
+def _speculation_treatment(flag: UpstreamFlag) -> Treatment:
+    """The --spec-* settings this server's speculative decoding (app/engine/speculative.py) has no use for;
+    the speed changes, never the output."""
+    name = flag.name
+    if any(part in name for part in ("-cpu-mask", "-cpu-range", "-cpu-strict", "-prio", "-poll")):
+        return CPU_PLACEMENT
+    if any(part in name for part in ("-device", "-override-tensor", "-cpu-moe", "-n-cpu-moe")):
+        return ONE_DEVICE
+    if "-ngram-map-k" in name or "-ngram-mod-" in name:
+        return _warn("only for --spec-type ngram-map-k, ngram-map-k4v and ngram-mod, which are not implemented here")
+    if name == "--spec-ngram-simple-min-hits":
+        return _warn("ngram-simple takes the latest match of the n-gram, as llama.cpp's ngram-simple does (it reads "
+                     "no hit count there either)")
+    if name == "--spec-draft-hf":
+        return _warn("the draft model is not fetched from the Hub here: give --spec-draft-model (a path or a gs:// "
+                     "URI)")
+    if "synth" in name:
+        return _warn("synthetic acceptance is a benchmarking aid of llama-server; drafts are real here")
+    if name == "--spec-draft-p-split":
+        return _warn("a draft is one sequence here (no split into a tree)")
+    return _warn("the draft model samples on the CPU here, with the same drafts")
 
 
 def unimplemented(declared: Iterable[str]) -> tuple[UpstreamFlag, ...]:

@@ -8,7 +8,7 @@ import secrets
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from flask import Flask
@@ -51,9 +51,20 @@ def exit_on_load_failure(exc: BaseException) -> None:
     os._exit(4)
 
 
+def draft_config(settings: Settings, target: LlamaConfig, draft_path: str) -> LlamaConfig:
+    """The draft model's config (-md): the target's, with the --spec-draft-* settings; its slots and
+    context length are the target's (set when the target has loaded)."""
+    threads = settings.spec_draft_threads if settings.spec_draft_threads > 0 else target.n_threads
+    return replace(target, model_path=draft_path, n_gpu_layers=settings.draft_gpu_layers, n_threads=threads,
+                   n_threads_batch=settings.spec_draft_threads_batch if settings.spec_draft_threads_batch > 0
+                   else threads, loras=(), mmproj=None, cache_type_k=settings.spec_draft_type_k,
+                   cache_type_v=settings.spec_draft_type_v, loading=replace(target.loading, kv_overrides=()),
+                   fit=FitConfig(), draft=None)
+
+
 def backend_config(settings: Settings, model_path: str, mmproj_path: str | None = None,
-                   prompt_cache_bytes: int | None = 0) -> LlamaConfig:
-    return LlamaConfig(
+                   prompt_cache_bytes: int | None = 0, draft_path: str | None = None) -> LlamaConfig:
+    config = LlamaConfig(
         model_path=model_path,
         n_ctx=settings.ctx_size,
         n_seq=settings.slot_count,
@@ -92,6 +103,7 @@ def backend_config(settings: Settings, model_path: str, mmproj_path: str | None 
                       min_ctx=settings.fit_ctx, margin_mib=settings.fit_margin_mib,
                       host_free_bytes=available_memory_bytes(), host_reserved_bytes=prompt_cache_bytes or 0),
     )
+    return config if draft_path is None else replace(config, draft=draft_config(settings, config, draft_path))
 
 
 def build_application(
@@ -119,7 +131,10 @@ def build_application(
             projector = find_projector(model_path)
         if projector is not None and is_gcs_uri(projector):
             projector = str(fetch_model(projector, cache))
-        return make_backend(backend_config(settings, local, projector, prompt_cache))
+        draft = settings.spec_draft_model
+        if draft is not None and is_gcs_uri(draft):
+            draft = str(fetch_model(draft, cache))
+        return make_backend(backend_config(settings, local, projector, prompt_cache, draft))
 
     def ready() -> None:
         context.publish_loaded_model()
@@ -143,6 +158,7 @@ def build_application(
             slot_similarity=settings.slot_prompt_similarity,
             kv_unified=settings.kv_unified,
             cache_idle_slots=settings.cache_idle_slots,
+            speculation=settings.speculation,
         ),
         on_ready=ready,
         on_load_failure=on_load_failure,

@@ -121,6 +121,10 @@ class FakeBackend:
     state_writes: int = 0
     media: Any = None  # a projector (tests/unit/test_media_scheduling.py gives one)
     rerank_template: str | None = None
+    draft: FakeBackend | None = None  # a draft model (speculative decoding)
+    can_rewind: bool = True
+    confidence: float = 1.0  # what top_token says of its pick (a draft model's p_min test)
+    forgets: list[tuple[int, int]] = field(default_factory=list)
 
     @property
     def info(self) -> ModelInfo:
@@ -154,7 +158,7 @@ class FakeBackend:
     def next_token(self, batch_index: int, params: SamplingParams) -> int:
         entry = self.batches[-1][batch_index]
         assert entry.logits, "sampling a batch entry that has no logits"
-        history = self.kv[entry.seq]
+        history = self.kv[entry.seq][: entry.pos + 1]  # what the logits at this entry have seen
         mark = len(history) - 1 - history[::-1].index(MARK) if MARK in history else -1
         prompt = _text(history[:mark])
         generated = history[mark + 1:]
@@ -162,6 +166,9 @@ class FakeBackend:
         token = reply[len(generated)] if len(generated) < len(reply) else EOS
         banned = {tok for tok, bias in params.logit_bias if bias == float("-inf")}
         return OFFSET + ord(".") if token in banned else token
+
+    def top_token(self, batch_index: int) -> tuple[int, float]:
+        return self.next_token(batch_index, SamplingParams()), self.confidence
 
     def new_sampler(self, params: SamplingParams) -> FakeSampler:
         if params.grammar and "root ::=" not in params.grammar:  # as llama.cpp's parser refuses it
@@ -185,7 +192,10 @@ class FakeBackend:
         return True
 
     def forget(self, seq: int, from_pos: int) -> bool:
-        del self.kv.setdefault(seq, [])[from_pos:]
+        cells = self.kv.setdefault(seq, [])
+        if from_pos < len(cells):
+            self.forgets.append((seq, from_pos))
+        del cells[from_pos:]
         return True
 
     def embedder(self) -> FakeEmbedder:

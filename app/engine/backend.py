@@ -181,6 +181,20 @@ class Backend(Protocol):
 
     def new_sampler(self, params: SamplingParams) -> Sampler: ...
 
+    def top_token(self, batch_index: int) -> tuple[int, float]:
+        """The most likely next token at batch entry ``batch_index`` of the last decode, and its
+        probability (a draft model's greedy pick)."""
+
+    @property
+    def draft(self) -> Backend | None:
+        """The draft model for speculative decoding (``--spec-draft-model``): a backend of its own
+        with the same slots, or None."""
+
+    @property
+    def can_rewind(self) -> bool:
+        """Whether ``forget`` can drop a sequence's last cells alone (not for recurrent models), as
+        rejecting draft tokens needs."""
+
     def copy_sequence(self, source: int, target: int) -> None:
         """Make ``target`` hold the same KV cells as ``source`` (for n > 1: one prompt, many
         continuations)."""

@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import TimeoutError as FutureTimeout
 from contextlib import contextmanager
 from contextvars import ContextVar
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
 from app.engine.backend import Backend, Media, ModelInfo, Vocabulary
@@ -36,6 +36,7 @@ from app.engine.errors import (
 from app.engine.scheduler import Scheduler, SchedulerOptions
 from app.engine.slot_files import SlotFileResult, erase_slot, restore_slot, save_slot
 from app.engine.slots import ControlJob, EmbedJob, EventSink, Job, Slot
+from app.engine.speculative import SpeculationOptions
 from app.engine.stats import EngineStats, StatsRecorder
 from app.engine.types import RANDOM_SEED, GenerationRequest, SlotView
 
@@ -71,6 +72,8 @@ class EngineOptions:
     slot_similarity: float = 0.1  # -sps: the share of a prompt an idle slot must hold to be chosen for it
     kv_unified: bool = False  # -kvu
     cache_idle_slots: bool = True  # --cache-idle-slots
+    # --spec-type, --spec-draft-*, --spec-ngram-*
+    speculation: SpeculationOptions = field(default_factory=SpeculationOptions)
 
 
 @dataclass(frozen=True)
@@ -83,6 +86,7 @@ class ModelFacts:
     vision: bool = False  # what the multimodal projector takes
     audio: bool = False
     media_marker: str | None = None  # the text that stands for a media item; None: text only
+    speculative: bool = False  # the slots' jobs decode speculatively
 
 
 class Engine:
@@ -333,7 +337,7 @@ class Engine:
 
     def slot_views(self) -> list[SlotView]:
         facts = self._known()
-        return [slot.view(facts.n_ctx_seq) for slot in list(self._slots)]
+        return [slot.view(facts.n_ctx_seq, facts.speculative) for slot in list(self._slots)]
 
     # ---- the engine thread -----------------------------------------------------------------
 
@@ -347,16 +351,19 @@ class Engine:
                 self.on_load_failure(exc)
             return None
         self._backend = backend
+        options = self._options
+        scheduler = Scheduler(backend, self._stats, SchedulerOptions(cont_batching=options.cont_batching,
+                                                                        prompt_cache_bytes=options.prompt_cache_bytes,
+                                                                        context_shift=self._context_shift(backend),
+                                                                        slot_similarity=options.slot_similarity,
+                                                                        kv_unified=options.kv_unified,
+                                                                        cache_idle_slots=options.cache_idle_slots,
+                                                                        speculation=options.speculation))
         media = backend.media
         self._facts = ModelFacts(backend.info, backend.n_seq, backend.n_ctx_seq,
                                  vision=media is not None and media.vision, audio=media is not None and media.audio,
-                                 media_marker=media.marker if media is not None else None)
-        scheduler = Scheduler(backend, self._stats, SchedulerOptions(cont_batching=self._options.cont_batching,
-                                                                        prompt_cache_bytes=self._options.prompt_cache_bytes,
-                                                                        context_shift=self._context_shift(backend),
-                                                                        slot_similarity=self._options.slot_similarity,
-                                                                        kv_unified=self._options.kv_unified,
-                                                                        cache_idle_slots=self._options.cache_idle_slots))
+                                 media_marker=media.marker if media is not None else None,
+                                 speculative=scheduler.speculator is not None)
         self._slots = scheduler.slots
         self._awake.set()
         return scheduler

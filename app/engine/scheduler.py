@@ -1,10 +1,12 @@
 """The scheduler: admits jobs into slots and runs one decode step over every live slot.
 
-Each step builds ONE batch: a token for every generating slot, then prompt chunks of the slots
-still prefilling, up to ``n_batch`` tokens in all; then every slot that had an output samples its
-next token, detokenizes it and checks its stop conditions. A job with followers (n > 1) takes a
-slot per completion: the leader decodes the prompt once, its KV cells are copied to each follower,
-and every follower samples its first token from the leader's logits. Runs on the engine thread only.
+Each step builds ONE batch: a token for every generating slot (and, with speculative decoding, its
+draft after it: app/engine/speculative.py), then prompt chunks of the slots still prefilling, up
+to ``n_batch`` tokens in all; then every slot that had an output samples its next token (walking
+its draft while the model agrees with it), detokenizes it and checks its stop conditions. A job
+with followers (n > 1) takes a slot per completion: the leader decodes the prompt once, its KV cells
+are copied to each follower, and every follower samples its first token from the leader's logits.
+Runs on the engine thread only.
 """
 
 from __future__ import annotations
@@ -13,13 +15,14 @@ import functools
 import logging
 import time
 from collections import deque
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from app.engine.backend import Backend, BatchEntry, BatchMedia, BatchToken
 from app.engine.embedding_batches import run_embedding_decode
 from app.engine.errors import CancelledError, DecodeError, EngineError
 from app.engine.prompt_cache import PromptCache
 from app.engine.slots import ControlJob, EmbedJob, Job, Slot, SlotState
+from app.engine.speculative import DraftWant, SpeculationOptions, Speculator
 from app.engine.stats import StatsRecorder
 from app.engine.types import Completion, FinishReason, MediaChunk, PromptProgress, Sampled, Timings, TokenChunk
 
@@ -34,6 +37,7 @@ class SchedulerOptions:
     slot_similarity: float = 0.1  # -sps: an idle slot holding more than this share of a prompt takes it (0: LRU)
     kv_unified: bool = False  # -kvu: the slots share one KV cache
     cache_idle_slots: bool = True  # idle slots' prompts go to the prompt cache (and leave the cells, with -kvu)
+    speculation: SpeculationOptions = field(default_factory=SpeculationOptions)  # --spec-type and the draft settings
 
 
 class Scheduler:
@@ -48,6 +52,7 @@ class Scheduler:
         self._lora_turn = 0
         self._decode_seconds = 0.0  # inside llama_decode, this step
         self.prompt_cache = PromptCache(options.prompt_cache_bytes) if options.prompt_cache_bytes != 0 else None
+        self.speculator = speculator_for(backend, options.speculation)
 
     @property
     def busy(self) -> bool:
@@ -283,11 +288,14 @@ class Scheduler:
         media: list[BatchEntry] = []
         token_outputs: list[tuple[Slot, int]] = []
         media_outputs: list[tuple[Slot, int]] = []
-        for slot in self.slots:
-            if slot.id in members and slot.state is SlotState.GENERATE:
-                token_outputs.append((slot, len(tokens)))
-                tokens.append(BatchToken(slot.next_token, slot.position(len(slot.cached)), slot.id, True))
-                slot.cached.append(slot.next_token)
+        generating = [slot for slot in self.slots if slot.id in members and slot.state is SlotState.GENERATE]
+        drafts = self._drafts(generating)
+        for slot in generating:
+            token_outputs.append((slot, len(tokens)))
+            slot.draft = drafts.get(slot.id, [])
+            for token in (slot.next_token, *slot.draft):
+                tokens.append(BatchToken(token, slot.position(len(slot.cached)), slot.id, True))
+                slot.cached.append(token)
         for slot in self.slots:
             room = self.backend.n_batch - len(tokens) - _rows(media)
             if room <= 0:
@@ -312,6 +320,25 @@ class Scheduler:
         if tokens:
             self._decode(tokens, token_outputs)
 
+    def _drafts(self, generating: list[Slot]) -> dict[int, list[int]]:
+        """This step's draft for each generating slot that speculates: what fits its context, its
+        n_predict and this step's batch (a token for every generating slot comes first)."""
+        if self.speculator is None or not generating:
+            return {}
+        share = (self.backend.n_batch - len(generating)) // len(generating)  # of the batch, per slot
+        wants: list[DraftWant] = []
+        for slot in generating:
+            assert slot.job is not None and slot.generation is not None
+            request = slot.job.request
+            if slot.media:  # a draft cannot see an image's rows
+                continue
+            limit = min(self.backend.n_ctx_seq - len(slot.cached) - 2, share)
+            if request.n_predict >= 0:
+                limit = min(limit, request.n_predict - len(slot.generation.tokens) - 1)
+            if limit > 0:
+                wants.append(DraftWant(slot.id, slot.cached, slot.next_token, limit, request.speculative))
+        return self.speculator.drafts(wants) if wants else {}
+
     def _decode(self, batch: list[BatchEntry], outputs: list[tuple[Slot, int]]) -> None:
         """Decode and sample. If the decode fails for a batch of several sequences, each sequence
         is tried again on its own (llama.cpp rolls back a failed decode), so a failure stays with
@@ -333,7 +360,10 @@ class Scheduler:
             for seq in sorted(in_batch):
                 sub = [entry for entry in batch if entry.seq == seq]
                 owner = next(slot for slot in self.slots if slot.id == seq)
-                self._decode(sub, [(owner, _rows(sub) - 1)] if sub[-1].logits else [])
+                if owner.state is SlotState.GENERATE:  # its token (and draft) only
+                    self._decode(sub, [(owner, 0)])
+                else:
+                    self._decode(sub, [(owner, _rows(sub) - 1)] if sub[-1].logits else [])
             return
         self._decode_seconds += time.perf_counter() - started
         self.stats.on_decode(_rows(batch), len(in_batch))
@@ -344,7 +374,7 @@ class Scheduler:
             if slot.state is SlotState.PREFILL:
                 self._prompt_done(slot, index)
             else:
-                self._take_token(slot, index)
+                self._take_tokens(slot, index)
 
     def _report_progress(self, slot: Slot) -> None:
         """llama-server's prompt progress (``return_progress``): when the prompt starts and after each
@@ -360,7 +390,8 @@ class Scheduler:
         end = slot.t_last or time.perf_counter()
         return Timings(cache_n=slot.cache_n, prompt_n=slot.n_prompt - slot.cache_n,
                        prompt_ms=((slot.t_prompt_done or end) - slot.t_start) * 1000.0, predicted_n=n_predicted,
-                       predicted_ms=(end - slot.t_prompt_done) * 1000.0 if slot.t_prompt_done else 0.0)
+                       predicted_ms=(end - slot.t_prompt_done) * 1000.0 if slot.t_prompt_done else 0.0,
+                       draft_n=slot.draft_n, draft_n_accepted=slot.draft_accepted)
 
     def _drop_cancelled(self) -> None:
         for slot in self.slots:
@@ -389,41 +420,68 @@ class Scheduler:
             if member.job is not None and member.job.request.n_predict == 0:
                 self._finish(member, FinishReason.LIMIT, None)
             else:
-                self._take_token(member, index)
+                self._take_tokens(member, index)
 
-    def _take_token(self, slot: Slot, index: int) -> None:
-        assert slot.job is not None and slot.sampler is not None and slot.generation is not None
-        request = slot.job.request
+    def _take_tokens(self, slot: Slot, index: int) -> None:
+        """The tokens a generating slot's decode gives: the one sampled at ``index`` and, while each
+        equals the slot's draft token there, the next from that draft token's logits. The cells of
+        the draft tokens that were not taken are dropped."""
+        draft, slot.draft = slot.draft, []
+        produced = [self._next_token(slot, index)]
+        while len(produced) <= len(draft) and produced[-1].token == draft[len(produced) - 1]:
+            produced.append(self._next_token(slot, index + len(produced)))
+        if draft:
+            accepted = len(produced) - 1
+            if accepted < len(draft):
+                del slot.cached[len(slot.cached) - (len(draft) - accepted):]
+                self.backend.forget(slot.id, slot.position(len(slot.cached)))
+            slot.draft_n += len(draft)
+            slot.draft_accepted += accepted
+            self.stats.on_speculation(len(draft), accepted)
+        for sampled in produced:
+            if not self._take_token(slot, sampled):
+                return
+
+    def _next_token(self, slot: Slot, index: int) -> Sampled:
+        """The token at batch entry ``index``: the reasoning budget's forced one, or sampled."""
+        assert slot.sampler is not None
         forced = slot.reasoning.forced() if slot.reasoning is not None else None
         if forced is not None:  # the end of the thinking, going in (the reasoning budget)
             slot.sampler.accept(forced)
             sampled = Sampled(forced)
         else:
             sampled = slot.sampler.sample(index)
-        token = sampled.token
         if slot.reasoning is not None:
-            slot.reasoning.feed(token)
+            slot.reasoning.feed(sampled.token)
+        return sampled
+
+    def _take_token(self, slot: Slot, sampled: Sampled) -> bool:
+        """One generated token: its text, the stop conditions, the chunk out. Whether the job goes on."""
+        assert slot.job is not None and slot.generation is not None
+        request = slot.job.request
+        token = sampled.token
         slot.t_last = time.perf_counter()
         if self.backend.vocab.is_eog(token) and not request.sampling.ignore_eos:
             self._finish(slot, FinishReason.EOS, None)
-            return
+            return False
         slot.next_token = token
         elapsed_ms = (slot.t_last - slot.t_prompt_done) * 1000.0
         outcome = slot.generation.add(token, self.backend.vocab.piece(token, False), sampled.probs, elapsed_ms)
         if outcome.finish is not None:
             self._finish(slot, outcome.finish, outcome.stop_word)
-            return
+            return False
         if len(slot.cached) + 1 >= self.backend.n_ctx_seq and not self._shift_context(slot):
             self._finish(slot, FinishReason.LIMIT, None, truncated=True)
-            return
+            return False
         if request.deadline is not None and slot.t_last >= request.deadline:
             self._finish(slot, FinishReason.LIMIT, None, deadline=True)
-            return
+            return False
         chunk = slot.generation.chunk(slot.id)
         if chunk is not None:
             if request.timings_per_token:
                 chunk = replace(chunk, timings=self._timings(slot, len(slot.generation.tokens)))
             slot.job.emit(chunk)
+        return True
 
     def _shift_context(self, slot: Slot) -> bool:
         """llama-server's context shift: keep the first ``n_keep`` prompt tokens (and the BOS), drop
@@ -496,6 +554,17 @@ class Scheduler:
             control.outcome.set_exception(error)
         self.embeddings.clear()
         self.controls.clear()
+
+
+def speculator_for(backend: Backend, options: SpeculationOptions) -> Speculator | None:
+    """The drafters ``options`` ask for, or None (off, or a model whose cells cannot be rewound)."""
+    if not options.enabled:
+        return None
+    if not backend.can_rewind:
+        log.warning("speculative decoding is off: this model's cells cannot drop rejected draft tokens "
+                    "(a recurrent or hybrid model)")
+        return None
+    return Speculator(options, backend.draft, backend.info.n_vocab)
 
 
 def _rows(batch: list[BatchEntry]) -> int:

@@ -128,6 +128,9 @@ class Slot:
     n_prompt: int = 0
     cache_n: int = 0
     shifted: bool = False  # a context shift dropped some of this job's cells
+    draft: list[int] = field(default_factory=list)  # the draft tokens this step verifies (in ``cached`` until then)
+    draft_n: int = 0  # draft tokens this job has verified
+    draft_accepted: int = 0  # ... and kept
     t_start: float = 0.0
     t_prompt_done: float = 0.0
     t_last: float = 0.0
@@ -216,6 +219,8 @@ class Slot:
         self.n_prompt = len(prompt)
         self.cache_n = keep
         self.shifted = False
+        self.draft = []
+        self.draft_n = self.draft_accepted = 0
         self.t_start = time.perf_counter()
         self.t_prompt_done = 0.0
         self.t_last = 0.0
@@ -233,7 +238,7 @@ class Slot:
         self.leader = None
         self.last_used = time.monotonic()
 
-    def view(self, n_ctx: int) -> SlotView:
+    def view(self, n_ctx: int, speculative: bool = False) -> SlotView:
         """What /slots shows of this slot (read from another thread: a snapshot, not a lock)."""
         request = self.last_request
         n_predict = request.n_predict if request else -1
@@ -243,5 +248,5 @@ class Slot:
             n_cached=len(self.cached), n_prompt_processed=self.last_prompt_n, n_prompt_cache=self.cache_n,
             n_decoded=n_decoded, n_remain=(n_predict - n_decoded) if n_predict >= 0 else -1,
             has_next_token=self.busy, has_new_line=bool(self.generation and "\n" in self.generation.text),
-            request=request,
+            request=request, speculative=speculative,
         )

@@ -59,6 +59,10 @@ class EngineStats:
     time_to_first_token: Histogram = Histogram(TTFT_BUCKETS)
     time_per_output_token: Histogram = Histogram(TPOT_BUCKETS)
     step_host_seconds: Histogram = Histogram(STEP_BUCKETS)  # per decode step, outside llama_decode
+    draft_tokens_total: int = 0  # speculative decoding: draft tokens verified
+    draft_accepted_total: int = 0  # ... kept
+    drafts_total: int = 0  # ... drafts verified
+    accepted_per_position: tuple[int, ...] = ()  # drafts whose token at each position was kept
 
     @property
     def kv_usage(self) -> float:
@@ -108,6 +112,18 @@ class StatsRecorder:
         """A decode step done: the seconds the engine thread spent outside llama_decode."""
         with self._lock:
             self._stats = replace(self._stats, step_host_seconds=self._stats.step_host_seconds.observe(host_seconds))
+
+    def on_speculation(self, drafted: int, accepted: int) -> None:
+        """A draft of ``drafted`` tokens verified, its first ``accepted`` kept."""
+        with self._lock:
+            stats = self._stats
+            positions = list(stats.accepted_per_position)
+            positions.extend([0] * (drafted - len(positions)))
+            for position in range(accepted):
+                positions[position] += 1
+            self._stats = replace(stats, draft_tokens_total=stats.draft_tokens_total + drafted,
+                                  draft_accepted_total=stats.draft_accepted_total + accepted,
+                                  drafts_total=stats.drafts_total + 1, accepted_per_position=tuple(positions))
 
     def on_prompt_done(self, n_tokens: int, seconds: float) -> None:
         """A prompt is decoded, ``seconds`` after its job got a slot: its first token is next."""

@@ -116,6 +116,16 @@ class ReasoningBudget:
 
 
 @dataclass(frozen=True)
+class SpeculativeParams:
+    """A request's ``speculative.n_max`` / ``n_min`` / ``p_min`` (app/engine/speculative.py): None takes
+    the server's value. ``n_max`` also bounds n-gram drafts (0: no speculation for this request)."""
+
+    n_max: int | None = None
+    n_min: int | None = None
+    p_min: float | None = None
+
+
+@dataclass(frozen=True)
 class GenerationRequest:
     """A tokenized prompt and how to continue it. Media rows appear in ``prompt`` as their chunk's
     placeholder id."""
@@ -138,6 +148,7 @@ class GenerationRequest:
     return_progress: bool = False  # prompt-processing progress as chunks of no text
     reasoning: ReasoningBudget | None = None  # a budget on the thinking, or its end on request
     completion_id: str = ""  # the id a control request names (POST /v1/chat/completions/control)
+    speculative: SpeculativeParams = field(default_factory=SpeculativeParams)
 
     def text_tokens(self) -> list[int]:
         """The prompt without its media rows."""
@@ -183,6 +194,8 @@ class Timings:
     prompt_ms: float
     predicted_n: int
     predicted_ms: float
+    draft_n: int = 0  # draft tokens verified (speculative decoding)
+    draft_n_accepted: int = 0  # ... and kept
 
 
 @dataclass(frozen=True)
@@ -241,3 +254,4 @@ class SlotView:
     has_next_token: bool
     has_new_line: bool
     request: GenerationRequest | None
+    speculative: bool = False  # the server drafts for this slot's jobs

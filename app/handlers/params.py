@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from app.context import ServerContext
 from app.engine import GenerationRequest, SamplingParams
-from app.engine.types import MediaChunk
+from app.engine.types import MediaChunk, SpeculativeParams
 from app.errors import InvalidRequestError
 from app.handlers.json_schema import schema_grammar
 from app.handlers.lora import scales_from
@@ -113,6 +113,10 @@ class GenerationFields(SamplingOverrides):
     return_progress: bool = False  # streaming only, as llama-server
     verbose: bool | None = None  # OpenAI answers carry "__verbose" (the native answer); default: -v
     sse_ping_interval: int | None = Field(None, ge=-1)  # seconds; -1: no pings; default --sse-ping-interval
+    # speculative decoding (app/engine/speculative.py); default: --spec-draft-n-max / -n-min / -p-min
+    speculative_n_max: int | None = Field(None, ge=0, alias="speculative.n_max")
+    speculative_n_min: int | None = Field(None, ge=0, alias="speculative.n_min")
+    speculative_p_min: float | None = Field(None, ge=0.0, le=1.0, alias="speculative.p_min")
 
     def requested_n_predict(self) -> int:
         for value in (self.n_predict, self.max_completion_tokens, self.max_tokens):
@@ -232,4 +236,5 @@ def generation_request(
         n_cache_reuse=ctx.settings.cache_reuse if fields.n_cache_reuse is None else fields.n_cache_reuse,
         timings_per_token=fields.timings_per_token,
         return_progress=fields.return_progress and fields.stream,
+        speculative=SpeculativeParams(fields.speculative_n_max, fields.speculative_n_min, fields.speculative_p_min),
     )

@@ -114,7 +114,7 @@ def _slot_body(view: SlotView) -> dict[str, Any]:
     body: dict[str, Any] = {
         "id": view.id,
         "n_ctx": view.n_ctx,
-        "speculative": False,
+        "speculative": view.speculative,
         "is_processing": view.is_processing,
     }
     if view.request is None:

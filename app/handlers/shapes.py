@@ -37,7 +37,7 @@ def timings_body(timings: Timings) -> dict[str, Any]:
     def per_second(ms: float, n: int) -> float:
         return 1000.0 * n / ms if ms else 0.0
 
-    return {
+    body: dict[str, Any] = {
         "cache_n": timings.cache_n,
         "prompt_n": timings.prompt_n,
         "prompt_ms": timings.prompt_ms,
@@ -48,6 +48,9 @@ def timings_body(timings: Timings) -> dict[str, Any]:
         "predicted_per_token_ms": per_token(timings.predicted_ms, timings.predicted_n),
         "predicted_per_second": per_second(timings.predicted_ms, timings.predicted_n),
     }
+    if timings.draft_n > 0:  # as llama-server: only when the job speculated
+        body.update(draft_n=timings.draft_n, draft_n_accepted=timings.draft_n_accepted)
+    return body
 
 
 def generation_settings(request: GenerationRequest, stream: bool) -> dict[str, Any]:
@@ -216,4 +219,6 @@ def merged_timings(results: list[Completion]) -> dict[str, Any]:
         prompt_ms=max(r.timings.prompt_ms for r in results),
         predicted_n=sum(r.timings.predicted_n for r in results),
         predicted_ms=max(r.timings.predicted_ms for r in results),
+        draft_n=sum(r.timings.draft_n for r in results),
+        draft_n_accepted=sum(r.timings.draft_n_accepted for r in results),
     ))

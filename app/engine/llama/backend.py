@@ -12,10 +12,11 @@ import ctypes
 import logging
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, cast
 
 import llama_cpp as lc
+import numpy as np
 
 from app.engine.backend import BatchEntry, BatchMedia, BatchToken, ModelInfo, SequenceState
 from app.engine.errors import DecodeError, MediaError, ModelLoadError, UnsupportedError
@@ -135,6 +136,7 @@ class FitConfig:
 _TYPE_BYTES = {"f32": 4.0, "f16": 2.0, "bf16": 2.0, "q8_0": 34 / 32, "q4_0": 18 / 32, "q4_1": 20 / 32,
                "q5_0": 22 / 32, "q5_1": 24 / 32, "iq4_nl": 18 / 32}  # per element, ggml's block sizes
 assert set(_TYPE_BYTES) == set(KV_CACHE_TYPES)
+_DRAFT_VOCAB_SLACK = 128  # llama.cpp's SPEC_VOCAB_MAX_SIZE_DIFFERENCE: a draft vocabulary may be this much smaller
 
 
 def model_shape(model: Any, type_k: str, type_v: str) -> ModelShape:
@@ -186,6 +188,7 @@ class LlamaConfig:
     swa_full: bool = False
     warmup: bool = True
     fit: FitConfig = field(default_factory=FitConfig)
+    draft: LlamaConfig | None = None  # the draft model (-md); its slots and context follow this one's
 
 
 def context_params(config: LlamaConfig, n_ctx: int) -> Any:
@@ -256,6 +259,10 @@ class LlamaBackend:
         self.n_batch = int(lc.llama_n_batch(self._ctx))  # llama.cpp may lower it: read it back
         self._batch = lc.llama_batch_init(self.n_batch, 0, 1)
         self._config = config
+        self.draft: LlamaBackend | None = None
+        self._embedder: LlamaEmbedder | None = None
+        self.media: LlamaMedia | None = None
+        self._mixed: Any = None  # the llama_batch_ext for decodes that carry media rows
         self._adapters: list[Any] = []
         for path in config.loras:
             adapter = lc.llama_adapter_lora_init(self._model, path.encode())
@@ -264,9 +271,6 @@ class LlamaBackend:
                 raise ModelLoadError(f"llama.cpp could not load the LoRA adapter {path}")
             self._adapters.append(adapter)
         self._lora: tuple[float, ...] = ()
-        self._embedder: LlamaEmbedder | None = None
-        self.media: LlamaMedia | None = None
-        self._mixed: Any = None  # the llama_batch_ext for decodes that carry media rows
         if config.mmproj:
             try:
                 self.media = LlamaMedia(self._model, config.mmproj, config.n_threads_batch,
@@ -278,8 +282,46 @@ class LlamaBackend:
             self._mixed = lc.llama_batch_ext_init(self._ctx)
         self.vocab = LlamaVocabulary(self._model, vocab)
         self.info = self._read_info(config.model_path, vocab)
+        self.can_rewind = not (lc.llama_model_is_recurrent(self._model) or lc.llama_model_is_hybrid(self._model))
         if config.warmup:
             self._warm_up(vocab)
+        if config.draft is not None:
+            try:
+                self.draft = self._load_draft(config.draft, shares)
+            except ModelLoadError:
+                self.close()
+                raise
+
+    def _load_draft(self, config: LlamaConfig, shares: int) -> LlamaBackend:
+        """The draft model, with a sequence per slot and this context's length; refused when its
+        vocabulary is not this model's (llama.cpp's check: type, BOS/EOS, the same pieces)."""
+        draft = LlamaBackend(replace(config, n_seq=self.n_seq, n_ctx=self.n_ctx_seq * shares,
+                                     kv_unified=self.kv_unified))
+        ours, theirs = self.info, draft.info
+        mismatch = ""
+        if (ours.vocab_type, ours.bos_token, ours.eos_token) != (theirs.vocab_type, theirs.bos_token,
+                                                                 theirs.eos_token):
+            mismatch = "its tokenizer type or BOS/EOS tokens differ"
+        elif abs(ours.n_vocab - theirs.n_vocab) > _DRAFT_VOCAB_SLACK:
+            mismatch = f"its vocabulary has {theirs.n_vocab} tokens, this model {ours.n_vocab}"
+        else:
+            different = next((token for token in range(5, min(ours.n_vocab, theirs.n_vocab))
+                              if self.vocab.piece(token, True) != draft.vocab.piece(token, True)), None)
+            if different is not None:
+                mismatch = f"token {different} differs"
+        if mismatch:
+            draft.close()
+            raise ModelLoadError(f"the draft model {config.model_path} cannot draft for this model: {mismatch}")
+        log.info("draft model loaded: %s (%s slots of %s tokens)", theirs.name, draft.n_seq, draft.n_ctx_seq)
+        return draft
+
+    def top_token(self, batch_index: int) -> tuple[int, float]:
+        pointer = lc.llama_get_logits_ith(self._ctx, batch_index)
+        if not pointer:
+            raise DecodeError(-1)
+        logits = np.ctypeslib.as_array(pointer, shape=(self.vocab.n_vocab,))
+        best = int(logits.argmax())
+        return best, float(1.0 / np.exp(logits - logits[best]).sum())
 
     @staticmethod
     def _load(config: LlamaConfig, n_gpu_layers: int, metadata_only: bool = False) -> Any:
@@ -498,6 +540,9 @@ class LlamaBackend:
         return self._embedder
 
     def close(self) -> None:
+        if self.draft is not None:
+            self.draft.close()
+            self.draft = None
         if self.media is not None:
             self.media.close()
             self.media = None

@@ -1,0 +1,181 @@
+"""Speculative decoding on the fake backend (app/engine/speculative.py, app/engine/scheduler.py): drafts
+ride in the step's one batch after the slot's token, the model's own picks are kept, the cells of
+rejected draft tokens are dropped, and the output is the output without speculation."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+
+from app.engine import BatchToken, Completion, Engine, EngineOptions, GenerationRequest, SamplingParams
+from app.engine.speculative import DraftWant, SpeculationOptions, Speculator, ngram_simple_draft
+from app.engine.types import SpeculativeParams
+from app.metrics import MetricsExporter
+from tests.fakes import EOS, FakeBackend, encode, running_engine
+
+TEXT = "the quick brown fox jumps over the lazy dog; "
+PROMPT = f"copy this: {TEXT * 2}>"
+NGRAM = SpeculationOptions(types=("ngram-simple",), ngram_size_n=3, ngram_size_m=8)
+
+
+def finish(engine: Engine, prompt: str = PROMPT, **fields: object) -> Completion:
+    request = GenerationRequest(prompt=tuple(encode(prompt)), sampling=SamplingParams(temperature=0),
+                                **fields)  # type: ignore[arg-type]
+    job = engine.submit(request)
+    while True:
+        _, event = job.sink.get(timeout=10)
+        if isinstance(event, Completion):
+            return event
+        assert not isinstance(event, Exception), event
+
+
+def run(backend: FakeBackend, speculation: SpeculationOptions, prompt: str = PROMPT, **fields: object) -> Completion:
+    with running_engine(backend, EngineOptions(speculation=speculation)) as engine:
+        return finish(engine, prompt, **fields)
+
+
+def longest_in(batch: list[BatchToken], seq: int) -> int:
+    """The entries of sequence ``seq`` with logits in ``batch``: its token and its draft."""
+    return sum(entry.seq == seq and entry.logits for entry in batch)
+
+
+def longest_run(backend: FakeBackend, seq: int = 0) -> int:
+    """The most tokens of sequence ``seq`` one decode verified."""
+    return max(longest_in(batch, seq) for batch in backend.batches)
+
+
+def test_ngram_simple_never_takes_the_current_occurrence_or_one_at_the_start() -> None:
+    history = [1, 2, 3, 4, 5, 6, 9, 9, 2, 3, 7, 8, 9, 9, 9, 9, 9, 9, 9, 9, 1, 2]
+    assert ngram_simple_draft(history, 3, size_n=3, size_m=4) == []  # (1, 2, 3) occurs only at 0
+    assert ngram_simple_draft([0, *history], 3, size_n=3, size_m=4) == [4, 5, 6, 9]  # at 1 it counts
+
+
+def test_ngram_simple_takes_the_latest_match_and_needs_size_n_tokens_after_it() -> None:
+    tokens = [0, 5, 6, 7, 1, 1, 1, 1, 5, 6, 7, 2, 2, 2, 2, 3, 3, 3, 3, 3, 5, 6]
+    assert ngram_simple_draft(tokens, 7, size_n=3, size_m=4) == [2, 2, 2, 2]  # the later (5, 6, 7) wins
+    assert ngram_simple_draft(tokens[:8], 7, size_n=3, size_m=4) == []  # history too short
+    assert ngram_simple_draft([0, *[9] * 12, 5, 6, 7, 1, 5, 6], 7, size_n=3, size_m=1) == []  # 1 < size_n after it
+
+
+def test_ngram_simple_never_matches_across_token_boundaries() -> None:
+    """The search runs over the tokens' bytes: a byte match that straddles two tokens is skipped."""
+    straddle = [0x01000000, 0x02000000, 0]  # bytes ... 01 | 02 00 00 00 00 ... hold (1, 2) off by 3 bytes
+    tokens = [0, 1, 2, 4, 4, 4, *straddle, *[9] * 10, 1]
+    assert ngram_simple_draft(tokens, 2, size_n=2, size_m=3) == [4, 4, 4]
+
+
+def test_greedy_output_with_ngram_speculation_equals_the_output_without() -> None:
+    reply = lambda prompt: TEXT * 2  # noqa: E731 - the answer repeats the prompt's text
+    plain = run(FakeBackend(reply_for=reply, n_seq=1), SpeculationOptions())
+    backend = FakeBackend(reply_for=reply, n_seq=1)
+    fast = run(backend, NGRAM)
+    assert fast.text == plain.text == TEXT * 2
+    assert fast.timings.draft_n > 0 and fast.timings.draft_n_accepted > 0
+    assert longest_run(backend) > 1  # several tokens of the slot verified in one decode
+    assert len(backend.batches) < len(plain.tokens)  # fewer decodes than tokens
+    assert backend.kv[0] == [*encode(PROMPT), *fast.tokens]  # the cells: the prompt and the answer, no more
+
+
+def test_rejected_draft_tokens_leave_the_cells() -> None:
+    """The answer follows the prompt's text, then leaves it: the draft after the turn is rejected,
+    its cells dropped (the fake checks that every decode continues its sequence's cells)."""
+    answer = TEXT[:20] + "SOMETHING ELSE ENTIRELY"
+    backend = FakeBackend(reply_for=lambda prompt: answer, n_seq=1)
+    result = run(backend, NGRAM)
+    assert result.text == answer
+    assert result.timings.draft_n > result.timings.draft_n_accepted
+    assert backend.forgets, "a rejected draft's cells are dropped"
+    generated = backend.kv[0][len(encode(PROMPT)):]
+    assert generated == encode(answer)[: len(generated)]  # the cells hold the answer, no rejected token
+
+
+def test_a_request_can_turn_speculation_off_or_bound_its_drafts() -> None:
+    reply = lambda prompt: TEXT * 2  # noqa: E731
+    off = FakeBackend(reply_for=reply, n_seq=1)
+    assert run(off, NGRAM, speculative=SpeculativeParams(n_max=0)).timings.draft_n == 0
+    assert longest_run(off) == 1
+    bounded = FakeBackend(reply_for=reply, n_seq=1)
+    assert run(bounded, NGRAM, speculative=SpeculativeParams(n_max=2)).timings.draft_n > 0
+    assert longest_run(bounded) == 3  # the token and two drafted
+
+
+def test_drafts_stop_at_n_predict_and_the_context() -> None:
+    reply = lambda prompt: TEXT * 4  # noqa: E731
+    backend = FakeBackend(reply_for=reply, n_seq=1, n_ctx_seq=160)
+    result = run(backend, NGRAM, n_predict=30)
+    assert len(result.tokens) == 30
+    assert len(backend.kv[0]) <= len(encode(PROMPT)) + 30
+    tight = FakeBackend(reply_for=reply, n_seq=1, n_ctx_seq=len(encode(PROMPT)) + 20)
+    assert run(tight, NGRAM).truncated  # never a position beyond the context (the fake asserts it)
+
+
+def test_several_slots_speculate_in_one_decode() -> None:
+    backend = FakeBackend(reply_for=lambda prompt: TEXT * 2, n_seq=2)
+    with running_engine(backend, EngineOptions(speculation=NGRAM)) as engine:
+        jobs = [engine.submit(GenerationRequest(prompt=tuple(encode(PROMPT)), sampling=SamplingParams(temperature=0)))
+                for _ in range(2)]
+        for job in jobs:
+            while not isinstance(job.sink.get(timeout=10)[1], Completion):
+                pass
+    assert any(longest_in(batch, 0) > 1 and longest_in(batch, 1) > 1 for batch in backend.batches)
+
+
+def draft_backend(reply: Callable[[str], str], confidence: float = 1.0) -> FakeBackend:
+    return FakeBackend(reply_for=reply, n_seq=1, confidence=confidence)
+
+
+def test_a_draft_model_drafts_and_the_target_keeps_what_it_agrees_with() -> None:
+    answer = "a short answer, then more words"
+    options = SpeculationOptions(types=("draft-simple",), draft_n_max=4)
+    agreeing = FakeBackend(reply_for=lambda prompt: answer, n_seq=1, draft=draft_backend(lambda prompt: answer))
+    result = run(agreeing, options, prompt="question>")
+    assert result.text == answer
+    assert result.timings.draft_n_accepted == result.timings.draft_n > 0
+    assert longest_run(agreeing) == 5
+    wrong = FakeBackend(reply_for=lambda prompt: answer, n_seq=1,
+                        draft=draft_backend(lambda prompt: "a wrong guess all along"))
+    result = run(wrong, options, prompt="question>")
+    assert result.text == answer  # the target's own tokens, whatever the draft said
+    assert result.timings.draft_n_accepted < result.timings.draft_n
+    unsure = FakeBackend(reply_for=lambda prompt: answer, n_seq=1,
+                         draft=draft_backend(lambda prompt: answer, confidence=0.3))
+    assert run(unsure, options, prompt="question>", speculative=SpeculativeParams(p_min=0.5)).timings.draft_n == 0
+
+
+def test_the_draft_model_keeps_its_cells_in_step_with_the_slot() -> None:
+    answer = "abcdefghijklmnopqrstuvwxyz"
+    draft = draft_backend(lambda prompt: answer)
+    backend = FakeBackend(reply_for=lambda prompt: answer, n_seq=1, draft=draft)
+    run(backend, SpeculationOptions(types=("draft-simple",), draft_n_max=3), prompt="letters>", n_predict=12)
+    common = min(len(draft.kv[0]), len(backend.kv[0]))
+    assert common > len(encode("letters>")) and draft.kv[0][:common] == backend.kv[0][:common]
+    prompt = len(encode("letters>"))
+    prompt_decodes = sum(sum(entry.pos < prompt for entry in batch) for batch in draft.batches)
+    assert prompt_decodes == prompt  # the prompt went through the draft model once
+
+
+def test_draft_model_drafts_shorter_than_n_min_are_dropped() -> None:
+    want = DraftWant(0, encode("q>"), encode("x")[0], limit=2)
+    options = SpeculationOptions(types=("draft-simple",), draft_n_max=4, draft_n_min=3)
+    assert Speculator(options, draft_backend(lambda prompt: "xyzw"), n_vocab=300).drafts([want]) == {}
+    long_enough = replace(want, limit=10)  # the draft runs on past the end of the answer, as llama.cpp's
+    assert Speculator(options, draft_backend(lambda prompt: "xyzw"), n_vocab=300).drafts([long_enough]) == {
+        0: [*encode("yzw"), EOS]}
+
+
+def test_the_speculation_metrics_count_drafts_and_accepted_tokens() -> None:
+    backend = FakeBackend(reply_for=lambda prompt: TEXT * 2, n_seq=1)
+    with running_engine(backend, EngineOptions(speculation=NGRAM)) as engine:
+        result = finish(engine)
+        stats = engine.stats()
+        text = MetricsExporter(engine.stats).render()
+    assert stats.draft_tokens_total == result.timings.draft_n
+    assert stats.draft_accepted_total == result.timings.draft_n_accepted
+    assert stats.drafts_total > 0 and stats.accepted_per_position[0] <= stats.drafts_total
+    assert f"llamacpp:spec_decode_num_draft_tokens_total {float(stats.draft_tokens_total)}" in text
+    assert 'llamacpp:spec_decode_num_accepted_tokens_per_pos_total{position="0"}' in text
+
+
+def test_a_model_that_cannot_rewind_its_cells_does_not_speculate() -> None:
+    backend = FakeBackend(reply_for=lambda prompt: TEXT * 2, n_seq=1, can_rewind=False)
+    assert run(backend, NGRAM).timings.draft_n == 0
