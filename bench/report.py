@@ -9,8 +9,9 @@ a 128-instance /predict are answered), tokenize
 requests/s, the health check's p99 latency while 32 streams run (one read slowly), the engine
 thread's own time per decode step at each stream count (/metrics llamacpp:step_host_seconds), and peak
 memory (RSS of the server's processes), with ratios ours/theirs for each peer; then the prompt cache's table
-(bench/prompt_cache.py: time to first token with --cache-ram off and on). The servers run one after the
-other, never together. Not a test: timings on shared machines are noisy.
+(bench/prompt_cache.py: time to first token with --cache-ram off and on) and speculative decoding's
+(bench/speculative.py: an edit task with n-gram drafts off and on, and a self-draft, against llama-server).
+The servers run one after the other, never together. Not a test: timings on shared machines are noisy.
 """
 
 from __future__ import annotations
@@ -325,6 +326,9 @@ def main() -> None:
     print()
     from bench.prompt_cache import prompt_cache_table  # it imports this module
     prompt_cache_table(threads=args.threads)
+    print()
+    from bench.speculative import speculative_table  # it imports this module
+    speculative_table(threads=args.threads, rounds=max(args.rounds, 3))
 
 if __name__ == "__main__":
     main()
