@@ -4,7 +4,7 @@ llama-cpp-python vendors: bench/llama_server.py) and llama-cpp-python's own serv
     .venv/bin/python bench/report.py [--max-tokens 64] [--threads 2] [--rounds 1] [--peer NAME ...]
 
 Prints one table: time to healthy, time to first token, aggregate generated tokens/s at 1, 4, 8
-and 16 concurrent streams, /predict with 8 instances against 8 sequential calls (and how many of
+16, 32 and 64 concurrent streams, /predict with 8 instances against 8 sequential calls (and how many of
 a 128-instance /predict are answered), tokenize
 requests/s, the health check's p99 latency while 32 streams run (one read slowly), the engine
 thread's own time per decode step at each stream count (/metrics llamacpp:step_host_seconds), and peak
@@ -47,7 +47,8 @@ QUESTIONS = [
     "Describe a sunset over the mountains.", "What are the benefits of walking?", "Tell a story about a cat.",
     "How does a rainbow form?", "Describe your ideal weekend.",
 ]
-STREAMS = (1, 4, 8, 16)
+STREAMS = (1, 4, 8, 16, 32, 64)
+SLOTS, CONTEXT = "64", "65536"  # every server: a slot per stream, 1,024 tokens each
 
 
 def free_port() -> int:
@@ -272,7 +273,7 @@ def peer_command(name: str, model: str, port: int, threads: int) -> tuple[list[s
         from bench.llama_server import llama_server  # builds it once (cached)
 
         binary = llama_server()
-        return ([str(binary), "-m", model, "--host", "127.0.0.1", "--port", str(port), "-np", "16", "-c", "16384",
+        return ([str(binary), "-m", model, "--host", "127.0.0.1", "--port", str(port), "-np", SLOTS, "-c", CONTEXT,
                  "-t", str(threads), "--no-webui"], binary.parent)
     # With runtime CPU dispatch, llama-cpp-python's own Llama class finds ggml's backends only beside
     # the executable or in the working directory: run it from the wheel's library directory.
@@ -293,7 +294,7 @@ def main() -> None:
     peers = args.peer or sorted(PEERS)
 
     port = free_port()
-    ours_cmd = [sys.executable, "-m", "app", "--model", model, "--port", str(port), "-np", "16", "-c", "16384",
+    ours_cmd = [sys.executable, "-m", "app", "--model", model, "--port", str(port), "-np", SLOTS, "-c", CONTEXT,
                 "-t", str(args.threads)]
     with running(ours_cmd, port, "/health", {"AIP_MODE": "PREDICTION", "AIP_HTTP_PORT": str(port)}) as server:
         ours = measure(server, OURS, args.max_tokens, args.rounds)
