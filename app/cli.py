@@ -20,9 +20,8 @@ from app.fault_injection import CRASH_VARIABLE, Crash, CrashSpecError, parse_cra
 from app.hub import hub_source
 from app.logs import LogOptions, configure_logging
 from app.model_files import ModelFileError, local_projector, resolve_model_path
-from app.routes import ROUTES
 from app.settings import Settings, SettingsError, parse_settings
-from gcp import VertexEnvironment, VertexEnvironmentError, read_vertex_environment
+from gcp.environment import VertexEnvironment, VertexEnvironmentError, read_vertex_environment
 from gcp.storage import is_gcs_uri
 
 log = logging.getLogger("app")
@@ -98,10 +97,8 @@ def prepare(argv: Sequence[str], environ: Mapping[str, str]) -> tuple[Settings, 
     except OSError as exc:
         log.error("--api-key-file: %s", exc)
         sys.exit(2)
-    try:
+    try:  # (that AIP_PREDICT_ROUTE hides no API route is checked by the worker, which imports the routes)
         vertex = read_vertex_environment(environ)
-        if vertex is not None:
-            vertex.check_routes(spec.path for spec in ROUTES)
     except VertexEnvironmentError as exc:
         log.error("%s", exc)
         sys.exit(1)

@@ -21,13 +21,12 @@ from gunicorn.workers.gthread import ThreadWorker
 
 from app.engine.llama import LlamaBackend
 from app.fault_injection import Crash, with_crash
-from app.http import take_close_request
 from app.llama_build import recorded_build_args, this_cpu
 from app.logs import CloudLoggingFormatter
 from app.settings import Settings
 from app.wiring import Application, build_application
 from app.worker_crashes import CrashPolicy, Phase, WorkerPhase, read_crash_report
-from gcp import VertexEnvironment
+from gcp.environment import VertexEnvironment
 
 log = logging.getLogger("app")
 
@@ -135,6 +134,8 @@ class WholeResponseWorker(ThreadWorker):  # type: ignore[misc]
         finally:
             conn.sock = raw
         held.flush()
+        from app.http import take_close_request  # imported by the worker, after the model started loading
+
         asked_to_close = take_close_request()
         return keep_alive and not asked_to_close
 

@@ -1,32 +1,40 @@
-"""Builds the running application in the worker process: engine, context, routes, Flask app."""
+"""Builds the running application in the worker process: engine, context, routes, Flask app.
+
+The engine starts first, so the model loads (in llama.cpp, without the GIL) while the handlers,
+pydantic schemas and Flask are imported and the routes are bound; the master process imports none of
+them. The engine reports ready only once the HTTP side exists (``ready`` waits for it).
+"""
 
 from __future__ import annotations
 
 import logging
 import os
 import secrets
+import sys
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from flask import Flask
-
-from app.context import ServerContext
 from app.engine import Backend, Engine, EngineOptions
 from app.engine.llama import FitConfig, LlamaBackend, LlamaConfig, LoadConfig, RopeConfig
 from app.host_memory import available_memory_bytes
-from app.http import CorsPolicy, StaticSite, create_app
 from app.hub import HUB_SCHEME, fetch_hub_model, is_hub_source
-from app.routes import bind_routes
 from app.settings import Settings
-from gcp import VertexEnvironment, vertex_routes
+from gcp.environment import VertexEnvironment, VertexEnvironmentError
 from gcp.storage import default_cache_dir, fetch_model, find_projector, is_gcs_uri
+
+if TYPE_CHECKING:  # the HTTP side is imported by build_application, while the model loads
+    from flask import Flask
+
+    from app.context import ServerContext
 
 log = logging.getLogger(__name__)
 
 PREDICT_WORKERS = 128
+STARTUP_SWITCH_SECONDS = 0.0005  # the GIL's switch interval while the model loads beside the imports
 
 
 @dataclass
@@ -136,8 +144,12 @@ def build_application(
             draft = str(fetch_model(draft, cache))
         return make_backend(backend_config(settings, local, projector, prompt_cache, draft))
 
+    built: list[ServerContext] = []  # the context, once the HTTP side is built
+    http_built = threading.Event()
+
     def ready() -> None:
-        context.publish_loaded_model()
+        http_built.wait()
+        built[0].publish_loaded_model()
         if on_ready is not None:
             on_ready()
 
@@ -163,12 +175,27 @@ def build_application(
         on_ready=ready,
         on_load_failure=on_load_failure,
     )
+    engine.start()  # the model loads while the rest is imported and built
+    switch = sys.getswitchinterval()
+    # The loading thread gives up the GIL at each llama.cpp call; with Python's 5 ms switch interval it
+    # would wait that long behind the imports to get it back after each one (measured: 0.1 s of start-up).
+    sys.setswitchinterval(STARTUP_SWITCH_SECONDS)
+    from app.context import ServerContext
+    from app.http import CorsPolicy, StaticSite, create_app
+    from app.routes import bind_routes
+    from gcp.predict import vertex_routes
+
     context = ServerContext(settings, engine, api_keys=settings.all_api_keys())
     routes = bind_routes(context)
     if vertex is not None:
         pool = ThreadPoolExecutor(max_workers=PREDICT_WORKERS, thread_name_prefix="predict")
-        routes = vertex_routes(routes, vertex, pool, settings.predict_default_route, engine.admitted_as_one,
-                               settings.max_response_bytes)
+        try:
+            routes = vertex_routes(routes, vertex, pool, settings.predict_default_route, engine.admitted_as_one,
+                                   settings.max_response_bytes)
+        except VertexEnvironmentError as exc:  # AIP_PREDICT_ROUTE hides an API route: fatal, as a failed load
+            log.error("%s", exc)
+            on_load_failure(exc)
+            raise
     context.routes = routes
     draining = threading.Event()
     site = StaticSite.from_directory(Path(settings.ui_directory)) if settings.ui_directory else None
@@ -177,5 +204,7 @@ def build_application(
                        cors=CorsPolicy(settings.cors_origins, settings.cors_methods, settings.cors_headers,
                                        settings.cors_credentials),
                        site=site, sessions=context.stream_sessions)
-    engine.start()
+    sys.setswitchinterval(switch)
+    built.append(context)
+    http_built.set()
     return Application(flask, context, draining)

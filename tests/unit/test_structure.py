@@ -110,3 +110,16 @@ def test_http_threads_reach_llama_cpp_only_through_the_engines_doors() -> None:
                     assert node.attr not in BACKEND_ONLY, (path, node.lineno, node.attr)
                     assert node.attr not in ("_backend", "_current", "_slots", "_inbox", "backend"), (
                         path, node.lineno, node.attr)
+
+
+def test_the_master_process_imports_no_http_side() -> None:
+    """Start-up: the gunicorn master imports neither Flask, pydantic nor the handlers; the worker
+    imports them while its model loads (app/wiring.py), so their import time overlaps the load."""
+    import subprocess
+    import sys
+
+    heavy = ("flask", "pydantic", "app.routes", "app.handlers", "app.context", "gcp.predict")
+    probe = ("import sys, app.cli, app.gunicorn_server; "
+             f"print(','.join(m for m in {heavy!r} if m in sys.modules))")
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == ""
