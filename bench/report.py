@@ -10,7 +10,8 @@ requests/s, the health check's p99 latency while 32 streams run (one read slowly
 thread's own time per decode step at each stream count (/metrics llamacpp:step_host_seconds), and peak
 memory (RSS of the server's processes), with ratios ours/theirs for each peer; then the prompt cache's table
 (bench/prompt_cache.py: time to first token with --cache-ram off and on) and speculative decoding's
-(bench/speculative.py: an edit task with n-gram drafts off and on, and a self-draft, against llama-server).
+(bench/speculative.py: an edit task with n-gram drafts off and on, and a self-draft, against llama-server)
+and CPU contention's (bench/cpu_contention.py: decode speed beside a CPU hog, -t cores and cores - 1).
 The servers run one after the other, never together. Not a test: timings on shared machines are noisy.
 """
 
@@ -330,6 +331,9 @@ def main() -> None:
     print()
     from bench.speculative import speculative_table  # it imports this module
     speculative_table(threads=args.threads, rounds=max(args.rounds, 3))
+    print()
+    from bench.cpu_contention import contention_table  # it imports this module
+    contention_table(rounds=max(args.rounds, 3))
 
 if __name__ == "__main__":
     main()
