@@ -243,14 +243,29 @@ PEERS = {"llama-server": Peer("llama-server", "/health", ("/tokenize", "content"
          "llama_cpp.server": Peer("llama_cpp.server", "/v1/models", ("/extras/tokenize", "input"))}
 
 
-def measure(server: Running, peer: Peer, max_tokens: int, rounds: int) -> dict[str, float]:
+LONG_PROMPT_WORDS = ("the river", "a lantern", "seven birds", "an old map", "the harbour", "a quiet street")
+
+
+def long_prompt_ttft(base: str, tokens: int) -> float:
+    """Seconds to the first token of a chat whose prompt is about ``tokens`` tokens, never seen before
+    (a number at its start defeats the prompt cache); the median of three."""
+    def once(seed: int) -> float:
+        text = f"{seed} {time.time()}: " + " ".join(LONG_PROMPT_WORDS[(seed + i) % 6] for i in range(tokens // 3))
+        return stream_chat(base, text + "\nSummarize this.", 4)[1]
+    return statistics.median(once(seed) for seed in range(3))
+
+
+def measure(server: Running, peer: Peer, max_tokens: int, rounds: int, streams: tuple[int, ...] = STREAMS,
+            long_prompt: int = 0) -> dict[str, float]:
     ours = peer is OURS
     base = server.base
     one_chat(base, "warm up", 8)
     results = {"time to healthy, s (lower: better)": server.healthy_s}
     results["time to first token, s (lower: better)"] = statistics.median(
         stream_chat(base, QUESTIONS[0], 16)[1] for _ in range(3))
-    for n in STREAMS:
+    if long_prompt:
+        results[f"time to first token, {long_prompt}-token prompt, s"] = long_prompt_ttft(base, long_prompt)
+    for n in streams:
         before = step_host_seconds(base) if ours else (0.0, 0.0)
         results[f"tok/s, {n} streams (higher: better)"] = best(
             rounds, lambda n=n: streams_tokens_per_second(base, n, max_tokens), True)  # type: ignore[misc]
@@ -268,14 +283,16 @@ def measure(server: Running, peer: Peer, max_tokens: int, rounds: int) -> dict[s
     return results
 
 
-def peer_command(name: str, model: str, port: int, threads: int) -> tuple[list[str], Path]:
-    """(command, working directory) of a peer server on ``port``, with the slots and context ours gets."""
+def peer_command(name: str, model: str, port: int, threads: int, binary: Path | None = None,
+                 extra: tuple[str, ...] = (), context: str = CONTEXT) -> tuple[list[str], Path]:
+    """(command, working directory) of a peer server on ``port``, with the slots and context ours gets;
+    ``binary`` is a llama-server already built (a CUDA one: scripts/gpu-check.sh), ``extra`` more flags."""
     if name == "llama-server":
         from bench.llama_server import llama_server  # builds it once (cached)
 
-        binary = llama_server()
-        return ([str(binary), "-m", model, "--host", "127.0.0.1", "--port", str(port), "-np", SLOTS, "-c", CONTEXT,
-                 "-t", str(threads), "--no-webui"], binary.parent)
+        binary = binary or llama_server()
+        return ([str(binary), "-m", model, "--host", "127.0.0.1", "--port", str(port), "-np", SLOTS, "-c", context,
+                 "-t", str(threads), "--no-webui", *extra], binary.parent)
     # With runtime CPU dispatch, llama-cpp-python's own Llama class finds ggml's backends only beside
     # the executable or in the working directory: run it from the wheel's library directory.
     return ([sys.executable, "-m", "llama_cpp.server", "--model", model, "--port", str(port), "--host", "127.0.0.1",
@@ -290,21 +307,31 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--peer", action="append", choices=sorted(PEERS),
                         help="a server to compare against, repeatable (default: both)")
+    parser.add_argument("--streams", default=",".join(map(str, STREAMS)), help="stream counts, comma-separated")
+    parser.add_argument("--gpu-layers", default=None, help="-ngl for every server (e.g. all, on a GPU machine)")
+    parser.add_argument("--llama-server-bin", type=Path, default=None,
+                        help="a llama-server already built (default: built from the pinned llama.cpp, CPU)")
+    parser.add_argument("--long-prompt", type=int, default=0, help="also time the first token of a prompt this long")
+    parser.add_argument("--ctx-size", default=CONTEXT, help=f"context of every server, all slots (default {CONTEXT})")
+    parser.add_argument("--only-generation", action="store_true",
+                        help="only the time and throughput rows, no tables after (scripts/gpu-check.sh)")
     args = parser.parse_args()
     model = str(embedded_model_path())
     peers = args.peer or sorted(PEERS)
+    streams = tuple(int(n) for n in args.streams.split(","))
+    extra = ("-ngl", args.gpu_layers) if args.gpu_layers else ()
 
     port = free_port()
-    ours_cmd = [sys.executable, "-m", "app", "--model", model, "--port", str(port), "-np", SLOTS, "-c", CONTEXT,
-                "-t", str(args.threads)]
+    ours_cmd = [sys.executable, "-m", "app", "--model", model, "--port", str(port), "-np", SLOTS, "-c", args.ctx_size,
+                "-t", str(args.threads), *extra]
     with running(ours_cmd, port, "/health", {"AIP_MODE": "PREDICTION", "AIP_HTTP_PORT": str(port)}) as server:
-        ours = measure(server, OURS, args.max_tokens, args.rounds)
+        ours = measure(server, OURS, args.max_tokens, args.rounds, streams, args.long_prompt)
     theirs: dict[str, dict[str, float]] = {}
     for name in peers:  # one server at a time, never two together
         port = free_port()
-        command, cwd = peer_command(name, model, port, args.threads)
+        command, cwd = peer_command(name, model, port, args.threads, args.llama_server_bin, extra, args.ctx_size)
         with running(command, port, PEERS[name].health, {}, cwd=cwd) as server:
-            theirs[name] = measure(server, PEERS[name], args.max_tokens, args.rounds)
+            theirs[name] = measure(server, PEERS[name], args.max_tokens, args.rounds, streams, args.long_prompt)
 
     print(f"model {Path(model).name}; {args.max_tokens} tokens a request; {args.threads} threads; "
           f"{os.cpu_count()} cores; {platform.machine()}; best of {args.rounds}")
@@ -325,6 +352,8 @@ def main() -> None:
         sequential = theirs[name]["8 sequential calls, s (lower: better)"]
         print(f"/predict(8) of ours against 8 sequential calls of {name}: {predict:.2f} s / {sequential:.2f} s = "
               f"{predict / sequential:.2f}")
+    if args.only_generation:
+        return
     print()
     from bench.prompt_cache import prompt_cache_table  # it imports this module
     prompt_cache_table(threads=args.threads)
