@@ -16,6 +16,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from app.cpu_placement import describe, prepare_process
 from app.fault_injection import CRASH_VARIABLE, Crash, CrashSpecError, parse_crash
 from app.hub import hub_source
 from app.logs import LogOptions, configure_logging
@@ -132,6 +133,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         settings, model_path, vertex, port = prepare(sys.argv[1:] if argv is None else argv, os.environ)
     except SettingsError:
         sys.exit(2)
+    # libgomp reads its environment when llama_cpp is first imported (by the next line)
+    prepare_process(settings.compute_cpus, settings.cpu_strict == 1, settings.poll, settings.prio)
     from app.gunicorn_server import ContainerServer
 
     scheme = "https" if settings.ssl_cert_file else "http"
@@ -139,6 +142,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         f"unix://{host}" if host.endswith(".sock") else f"{scheme}://{bind_address(host, port)}"
         for host in settings.listen_hosts), settings.slot_count)
     log.info("settings: %s", json.dumps(public_settings(settings), sort_keys=True))
+    if describe(os.environ):
+        log.info("llama.cpp's OpenMP threads: %s", describe(os.environ))
     json_lines = log_options(settings, os.environ).json_lines
     ContainerServer(settings, model_path, vertex, gunicorn_options(settings, port, json_lines),
                     requested_crash(os.environ)).run()

@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Literal
 
+from app.cpu_placement import NICE, PlacementError, compute_cpus
 from app.engine.speculative import SPEC_TYPES, UPSTREAM_ONLY_SPEC_TYPES, SpeculationOptions
 from app.engine.types import (
     KV_CACHE_TYPES,
@@ -112,6 +113,18 @@ class Settings:
     threads_batch: int = option(("-tb", "--threads-batch"), "int", -1,
         "CPU threads for prompt processing (-1 = same as --threads)",
         env="LLAMA_ARG_THREADS_BATCH", minimum=-1)
+    cpu_mask: str | None = option(("-C", "--cpu-mask"), "str", None,
+        "CPUs for llama.cpp's threads, a hexadecimal mask (bit i: CPU i); with --cpu-range, both", metavar="M")
+    cpu_range: str | None = option(("-Cr", "--cpu-range"), "str", None, "CPUs for llama.cpp's threads, lo-hi",
+        metavar="lo-hi")
+    cpu_strict: int = option(("--cpu-strict",), "int", 0,
+        "1: each of llama.cpp's threads bound to one CPU of --cpu-mask/--cpu-range", minimum=0, metavar="<0|1>")
+    prio: int = option(("--prio",), "int", 0,
+        "process priority: low(-1), normal(0), medium(1), high(2), realtime(3); above normal needs CAP_SYS_NICE",
+        minimum=-1, metavar="N")
+    poll: int = option(("--poll",), "int", 50,
+        "how long llama.cpp's threads spin waiting for work, 0 to 100 (0: they sleep at once, kinder to a shared "
+        "core)", minimum=0, metavar="<0...100>")
     n_gpu_layers: str = option(("-ngl", "--gpu-layers", "--n-gpu-layers"), "str", "auto",
         "layers to offload to the GPU: a number, 'auto' or 'all'", env="LLAMA_ARG_N_GPU_LAYERS",
         metavar="N")
@@ -592,8 +605,20 @@ class Settings:
         return 4 if self.n_parallel == -1 else self.n_parallel
 
     @property
+    def compute_cpus(self) -> frozenset[int] | None:
+        """The CPUs --cpu-mask and --cpu-range give llama.cpp's threads (None: not placed)."""
+        try:
+            return compute_cpus(self.cpu_mask, self.cpu_range, frozenset(os.sched_getaffinity(0)))
+        except PlacementError as exc:
+            raise SettingsError(str(exc)) from None
+
+    @property
     def cpu_threads(self) -> int:
-        return self.threads if self.threads > 0 else usable_cpus()
+        """--threads; by default the CPUs --cpu-mask/--cpu-range give, else those the container may use."""
+        if self.threads > 0:
+            return self.threads
+        placed = self.compute_cpus
+        return len(placed) if placed else usable_cpus()
 
     @property
     def cpu_threads_batch(self) -> int:
@@ -868,8 +893,19 @@ def _validate(settings: Settings) -> None:
     elif settings.hf_file is not None:
         raise SettingsError("--hf-file names a file of --hf-repo; give --hf-repo too")
     _validate_speculation(settings)
+    _validate_placement(settings)
     if settings.chat_template and settings.chat_template_file:
         raise SettingsError("--chat-template and --chat-template-file cannot be used together")
+
+
+def _validate_placement(settings: Settings) -> None:
+    _ = settings.compute_cpus  # a bad mask or range is named
+    if settings.cpu_strict not in (0, 1):
+        raise SettingsError("--cpu-strict: 0 or 1")
+    if settings.prio not in NICE:
+        raise SettingsError(f"--prio: {settings.prio} (expected -1 to 3)")
+    if settings.poll > 100:
+        raise SettingsError(f"--poll: {settings.poll} (expected 0 to 100)")
 
 
 def _validate_speculation(settings: Settings) -> None:

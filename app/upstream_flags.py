@@ -56,7 +56,9 @@ def _refuse(reason: str) -> Treatment:
     return Treatment("refuse", reason)
 
 
-CPU_PLACEMENT = _warn("ggml's CPU threads are placed by the OS here (container CPU quotas); no pinning or priority")
+DRAFT_PLACEMENT = _warn("the draft model shares the target's threads and their placement here")
+ONE_TEAM = _warn("one OpenMP team does prompts and generation here: --cpu-mask, --cpu-range, --cpu-strict, --prio "
+                 "and --poll place it")
 ONE_DEVICE = _warn("device lists and per-tensor placement are not passed to llama.cpp here (its bindings leave "
                    "those fields unset); -ngl, -sm, -ts and -mg place the model")
 RESULTS = "not implemented here, and ignoring it would change the model's output"
@@ -88,9 +90,8 @@ TREATMENTS: dict[str, Treatment] = {
     "--n-cpu-ffn": ONE_DEVICE, "--rpc": ONE_DEVICE, "--mmproj-device": ONE_DEVICE,
     "--mtmd-batch-max-tokens": _warn("the projector's batch is libmtmd's default here"),
     "--perf": _warn("per-request timings are always returned here"),
-    "--cpu-mask": CPU_PLACEMENT, "--cpu-range": CPU_PLACEMENT, "--cpu-strict": CPU_PLACEMENT,
-    "--cpu-mask-batch": CPU_PLACEMENT, "--cpu-range-batch": CPU_PLACEMENT, "--cpu-strict-batch": CPU_PLACEMENT,
-    "--prio": CPU_PLACEMENT, "--prio-batch": CPU_PLACEMENT, "--poll": CPU_PLACEMENT, "--poll-batch": CPU_PLACEMENT,
+    "--cpu-mask-batch": ONE_TEAM, "--cpu-range-batch": ONE_TEAM, "--cpu-strict-batch": ONE_TEAM,
+    "--prio-batch": ONE_TEAM, "--poll-batch": ONE_TEAM,
     # the HTTP server
     "--webui-config": _warn("the built-in web UI has no server-side settings"),
     "--webui-config-file": _warn("the built-in web UI has no server-side settings"),
@@ -131,7 +132,7 @@ def _speculation_treatment(flag: UpstreamFlag) -> Treatment:
     the speed changes, never the output."""
     name = flag.name
     if any(part in name for part in ("-cpu-mask", "-cpu-range", "-cpu-strict", "-prio", "-poll")):
-        return CPU_PLACEMENT
+        return DRAFT_PLACEMENT
     if any(part in name for part in ("-device", "-override-tensor", "-cpu-moe", "-n-cpu-moe")):
         return ONE_DEVICE
     if "-ngram-map-k" in name or "-ngram-mod-" in name:

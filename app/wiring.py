@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from app.cpu_placement import place_compute_threads
 from app.engine import Backend, Engine, EngineOptions
 from app.engine.llama import FitConfig, LlamaBackend, LlamaConfig, LoadConfig, RopeConfig
 from app.host_memory import available_memory_bytes
@@ -125,7 +126,8 @@ def build_application(
     """``make_backend`` is the backend seam: tests wrap the real backend to inject faults.
     ``on_ready`` runs on the engine thread once the model is loaded and the app can serve it."""
     def load_backend() -> Backend:
-        """Runs on the engine thread while the server already answers 503: fetch, then load."""
+        """Runs on the engine thread while the server already answers 503: place its threads, fetch, load."""
+        place_compute_threads(settings.compute_cpus)
         cache = Path(settings.model_cache_dir) if settings.model_cache_dir else None
         projector = settings.mmproj
         if is_hub_source(model_path):

@@ -6,9 +6,11 @@ and with one fewer, this container against llama-server (bench/llama_server.py) 
 llama.cpp's CPU threads meet at a barrier after every operation and spin there: when one of them
 loses its core to another busy process (a second server, a batch job, a noisy neighbour on a shared
 node), every step waits for it to be scheduled again. The hog here is one process spinning on one
-core. The table shows what that costs with ``-t`` equal to the cores, and that one thread fewer
-keeps most of the speed: which is why ``--threads`` defaults to the CPUs the container may use (its
-CPU set held to its cgroup CPU quota, app/host_cpus.py), not the host's cores. Each server runs alone
+core. The table shows what that costs with ``-t`` equal to the cores, what ``--poll 0`` saves
+(the threads sleep at a barrier instead of spinning: app/cpu_placement.py; llama-server's OpenMP
+build ignores its --poll), and that one thread fewer keeps most of the speed: which is why
+``--threads`` defaults to the CPUs the container may use (its CPU set held to its cgroup CPU quota,
+app/host_cpus.py), not the host's cores. Each server runs alone
 (one slot, one stream, greedy); a row is the median decode tokens/s over ``--rounds``. Not a test.
 """
 
@@ -79,18 +81,23 @@ def contention_table(rounds: int = 3, tokens: int = 64) -> None:
     cores = len(os.sched_getaffinity(0))
     model = str(embedded_model_path())
     binary = llama_server()
-    rows = [(f"alone, -t {cores}", cores, False), (f"beside a CPU hog, -t {cores}", cores, True),
-            (f"beside a CPU hog, -t {max(1, cores - 1)}", max(1, cores - 1), True)]
+    fewer = max(1, cores - 1)
+    rows: list[tuple[str, list[str], bool]] = [
+        (f"alone, -t {cores}", ["-t", str(cores)], False),
+        (f"beside a CPU hog, -t {cores}", ["-t", str(cores)], True),
+        (f"beside a CPU hog, -t {cores} --poll 0", ["-t", str(cores), "--poll", "0"], True),
+        (f"beside a CPU hog, -t {fewer}", ["-t", str(fewer)], True),
+    ]
     print(f"CPU contention: {cores} cores, one slot, one stream, {tokens} tokens, median of {rounds}; decode tok/s")
     print("| configuration | vertex-llama | llama-server | ours/llama-server |")
     print("|---|---|---|---|")
-    for name, threads, busy in rows:  # one server at a time
+    for name, flags, busy in rows:  # one server at a time
         port = free_port()
-        ours = measure([sys.executable, "-m", "app", "--model", model, "--port", str(port), "-np", "1", "-t",
-                        str(threads)], port, ROOT, busy, rounds, tokens)
+        ours = measure([sys.executable, "-m", "app", "--model", model, "--port", str(port), "-np", "1", *flags],
+                       port, ROOT, busy, rounds, tokens)
         port = free_port()
-        theirs = measure([str(binary), "-m", model, "--host", "127.0.0.1", "--port", str(port), "-np", "1", "-t",
-                          str(threads), "--no-webui"], port, binary.parent, busy, rounds, tokens)
+        theirs = measure([str(binary), "-m", model, "--host", "127.0.0.1", "--port", str(port), "-np", "1", *flags,
+                          "--no-webui"], port, binary.parent, busy, rounds, tokens)
         print(f"| {name} | {ours:.1f} | {theirs:.1f} | {ours / theirs:.2f} |")
 
 
