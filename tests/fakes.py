@@ -14,7 +14,17 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.engine import BatchToken, DecodeError, Engine, EngineOptions, InvalidJobError, ModelInfo, SamplingParams
+from app.engine import (
+    BatchToken,
+    Completion,
+    DecodeError,
+    Engine,
+    EngineOptions,
+    InvalidJobError,
+    Job,
+    ModelInfo,
+    SamplingParams,
+)
 from app.engine.backend import BatchEntry, SequenceState
 from app.engine.types import Sampled, TokenProbs
 
@@ -235,6 +245,15 @@ class FakeBackend:
 
     def max_sequences_in_one_decode(self) -> int:
         return max(len({entry.seq for entry in batch}) for batch in self.batches)
+
+
+def completion_of(job: Job, timeout: float = 10) -> Completion:
+    """Wait for ``job``'s completion (its chunks skipped); an error event fails the test."""
+    while True:
+        _, event = job.sink.get(timeout=timeout)
+        if isinstance(event, Completion):
+            return event
+        assert not isinstance(event, Exception), event
 
 
 @contextmanager

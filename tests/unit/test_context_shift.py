@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import pytest
 
 from app.engine import Completion, Engine, EngineOptions, GenerationRequest, SamplingParams
-from tests.fakes import FakeBackend, encode, running_engine
+from tests.fakes import FakeBackend, completion_of, encode, running_engine
 
 PROMPT = "keep these words, then question>"
 
@@ -17,11 +17,7 @@ def finish(engine: Engine, **fields: object) -> Completion:
     request = GenerationRequest(prompt=tuple(encode(PROMPT)), sampling=SamplingParams(ignore_eos=True),
                                 **fields)  # type: ignore[arg-type]
     job = engine.submit(request)
-    while True:
-        _, event = job.sink.get(timeout=10)
-        if isinstance(event, Completion):
-            return event
-        assert not isinstance(event, Exception), event
+    return completion_of(job)
 
 
 def running(backend: FakeBackend, shift: bool) -> Iterator[Engine]:

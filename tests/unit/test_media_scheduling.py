@@ -14,7 +14,7 @@ from app.engine.backend import BatchEntry, BatchMedia, BatchToken
 from app.engine.errors import MediaError
 from app.engine.slots import Job, Slot
 from app.engine.types import MediaChunk
-from tests.fakes import FakeBackend, encode, running_engine
+from tests.fakes import FakeBackend, completion_of, encode, running_engine
 
 MARKER = "<m>"
 
@@ -92,11 +92,7 @@ def engine(backend: MediaBackend) -> Iterator[Engine]:
 
 
 def finish(job: Job) -> Completion:
-    while True:
-        _, event = job.sink.get(timeout=5)
-        if isinstance(event, Completion):
-            return event
-        assert not isinstance(event, Exception), event
+    return completion_of(job, timeout=5)
 
 
 def media_request(backend: MediaBackend, text: str, media: list[bytes], **fields: object) -> GenerationRequest:

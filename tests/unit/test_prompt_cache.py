@@ -15,7 +15,7 @@ from app.engine.prompt_cache import PromptCache
 from app.engine.slots import Job
 from app.host_memory import available_memory_bytes
 from app.settings import parse_settings
-from tests.fakes import FakeBackend, encode, running_engine
+from tests.fakes import FakeBackend, completion_of, encode, running_engine
 
 LONG_A = "A system prompt that many requests share, " * 4 + "first question>"
 LONG_B = "Something else entirely, with no prefix in common, " * 3 + "second>"
@@ -23,11 +23,7 @@ LONG_B = "Something else entirely, with no prefix in common, " * 3 + "second>"
 
 def run(engine: Engine, prompt: str) -> Completion:
     job: Job = engine.submit(GenerationRequest(prompt=tuple(encode(prompt)), n_predict=8))
-    while True:
-        _, event = job.sink.get(timeout=5)
-        if isinstance(event, Completion):
-            return event
-        assert not isinstance(event, Exception), event
+    return completion_of(job, timeout=5)
 
 
 def engine_with(backend: FakeBackend, cache_bytes: int | None) -> Iterator[Engine]:

@@ -11,7 +11,7 @@ from app.engine import BatchToken, Completion, Engine, EngineOptions, Generation
 from app.engine.speculative import DraftWant, SpeculationOptions, Speculator, ngram_simple_draft
 from app.engine.types import SpeculativeParams
 from app.metrics import MetricsExporter
-from tests.fakes import EOS, FakeBackend, encode, running_engine
+from tests.fakes import EOS, FakeBackend, completion_of, encode, running_engine
 
 TEXT = "the quick brown fox jumps over the lazy dog; "
 PROMPT = f"copy this: {TEXT * 2}>"
@@ -21,12 +21,7 @@ NGRAM = SpeculationOptions(types=("ngram-simple",), ngram_size_n=3, ngram_size_m
 def finish(engine: Engine, prompt: str = PROMPT, **fields: object) -> Completion:
     request = GenerationRequest(prompt=tuple(encode(prompt)), sampling=SamplingParams(temperature=0),
                                 **fields)  # type: ignore[arg-type]
-    job = engine.submit(request)
-    while True:
-        _, event = job.sink.get(timeout=10)
-        if isinstance(event, Completion):
-            return event
-        assert not isinstance(event, Exception), event
+    return completion_of(engine.submit(request))
 
 
 def run(backend: FakeBackend, speculation: SpeculationOptions, prompt: str = PROMPT, **fields: object) -> Completion:
@@ -115,8 +110,7 @@ def test_several_slots_speculate_in_one_decode() -> None:
         jobs = [engine.submit(GenerationRequest(prompt=tuple(encode(PROMPT)), sampling=SamplingParams(temperature=0)))
                 for _ in range(2)]
         for job in jobs:
-            while not isinstance(job.sink.get(timeout=10)[1], Completion):
-                pass
+            completion_of(job)
     assert any(longest_in(batch, 0) > 1 and longest_in(batch, 1) > 1 for batch in backend.batches)
 
 
