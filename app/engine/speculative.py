@@ -5,7 +5,8 @@ Before each step the scheduler asks ``Speculator.drafts`` for up to ``limit`` to
 each generating slot's last sampled token. It puts a slot's draft in the step's one batch right after
 that token, every entry with logits; sampling then walks the draft and keeps the tokens the model
 itself picks, and the cells of the rejected rest are dropped (app/engine/scheduler.py). So greedy output
-is the same with or without speculation; only the number of decodes changes.
+is the output without speculation wherever llama.cpp computes a token's logits alike alone and inside a
+batch; it does not quite on CPU (README, "Speculative decoding"), so a near-tie may go the other way.
 
 Two kinds of drafter, tried in the order ``--spec-type`` gives them, the first draft taken:
 
@@ -25,6 +26,7 @@ from dataclasses import dataclass, field
 
 from app.engine.backend import Backend, BatchToken
 from app.engine.errors import DecodeError
+from app.engine.slots import common_prefix_length
 from app.engine.types import SpeculativeParams
 
 log = logging.getLogger(__name__)
@@ -139,11 +141,7 @@ class DraftModel:
         pending: list[BatchToken] = []
         for want in wants:
             cells = self.cells.setdefault(want.seq, [])
-            keep = 0
-            for have, need in zip(cells, want.history, strict=False):
-                if have != need:
-                    break
-                keep += 1
+            keep = common_prefix_length(cells, want.history)
             if not self.backend.forget(want.seq, keep):
                 keep = 0
             del cells[keep:]
@@ -183,8 +181,9 @@ class Speculator:
         """Each slot's draft (absent: none), at most its ``limit`` tokens and at least its ``n_min``."""
         drafts: dict[int, list[int]] = {}
         for kind in self.types:
-            asking = [want for want in wants if want.seq not in drafts
-                      and min(want.limit, self.n_max(kind, want.params)) > 0]
+            bound = {want.seq: min(want.limit, self.n_max(kind, want.params)) for want in wants
+                     if want.seq not in drafts}
+            asking = [want for want in wants if bound.get(want.seq, 0) > 0]
             if not asking:
                 break
             if kind == "ngram-simple":
@@ -192,12 +191,10 @@ class Speculator:
                                                       self.options.ngram_size_m) for want in asking}
             else:
                 assert self.model is not None
-                found = self.model.draft(asking, {want.seq: min(want.limit, self.n_max(kind, want.params))
-                                                  for want in asking},
-                                         {want.seq: self.options.draft_p_min if want.params.p_min is None
-                                          else want.params.p_min for want in asking})
+                found = self.model.draft(asking, bound, {want.seq: self.options.draft_p_min if want.params.p_min
+                                                         is None else want.params.p_min for want in asking})
             for want in asking:
-                draft = found.get(want.seq, [])[: min(want.limit, self.n_max(kind, want.params))]
+                draft = found.get(want.seq, [])[: bound[want.seq]]
                 if draft and (kind != "draft-simple" or len(draft) >= self.n_min(want.params)):
                     drafts[want.seq] = draft
         return drafts
