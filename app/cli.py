@@ -142,8 +142,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         f"unix://{host}" if host.endswith(".sock") else f"{scheme}://{bind_address(host, port)}"
         for host in settings.listen_hosts), settings.slot_count)
     log.info("settings: %s", json.dumps(public_settings(settings), sort_keys=True))
-    if describe(os.environ):
-        log.info("llama.cpp's OpenMP threads: %s", describe(os.environ))
+    openmp = describe(os.environ)
+    if openmp:
+        log.info("llama.cpp's OpenMP threads: %s", openmp)
     json_lines = log_options(settings, os.environ).json_lines
     ContainerServer(settings, model_path, vertex, gunicorn_options(settings, port, json_lines),
                     requested_crash(os.environ)).run()
