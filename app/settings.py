@@ -631,9 +631,14 @@ class Settings:
         return max(self.slot_count + 4, usable_cpus() - 1)
 
     @property
+    def spec_type_names(self) -> tuple[str, ...]:
+        """--spec-type's comma-separated names, as given."""
+        return tuple(kind.strip() for kind in self.spec_type.split(",") if kind.strip())
+
+    @property
     def speculation(self) -> SpeculationOptions:
         """--spec-type and the --spec-* settings; a draft model alone means draft-simple, as upstream."""
-        types = tuple(kind.strip() for kind in self.spec_type.split(",") if kind.strip() and kind.strip() != "none")
+        types = tuple(kind for kind in self.spec_type_names if kind != "none")
         if not types and self.spec_draft_model is not None:
             types = ("draft-simple",)
         return SpeculationOptions(types=types, draft_n_max=self.spec_draft_n_max, draft_n_min=self.spec_draft_n_min,
@@ -643,7 +648,7 @@ class Settings:
     @property
     def draft_gpu_layers(self) -> int:
         """``-ngld`` as llama.cpp's number (``auto``/``all``: every layer)."""
-        return -1 if self.spec_draft_ngl in ("auto", "all") else int(self.spec_draft_ngl)
+        return _gpu_layers("--spec-draft-ngl/-ngld", self.spec_draft_ngl)
 
     @property
     def template_kwargs(self) -> dict[str, Any]:
@@ -690,9 +695,7 @@ class Settings:
     @property
     def gpu_layers(self) -> int:
         """``--n-gpu-layers`` as llama.cpp's number: ``auto``/``all`` offload every layer."""
-        if self.n_gpu_layers in ("auto", "all"):
-            return -1
-        return int(self.n_gpu_layers)
+        return _gpu_layers("--n-gpu-layers/-ngl", self.n_gpu_layers)
 
     @property
     def model_load_mode(self) -> str:
@@ -839,13 +842,7 @@ def _flag_name(option: Option) -> str:
 def _validate(settings: Settings) -> None:
     if settings.n_parallel == 0:
         raise SettingsError("--parallel/-np: must be -1 (auto) or at least 1")
-    if settings.n_gpu_layers not in ("auto", "all"):
-        try:
-            int(settings.n_gpu_layers)
-        except ValueError:
-            raise SettingsError(
-                f"--n-gpu-layers/-ngl: invalid value {settings.n_gpu_layers!r} (expected a number, auto or all)"
-            ) from None
+    _ = settings.gpu_layers, settings.draft_gpu_layers  # each names a bad value
     if settings.flash_attn_mode not in ("on", "off", "auto"):
         raise SettingsError(f"--flash-attn/-fa: invalid value {settings.flash_attn!r} (expected on, off or auto)")
     if settings.cache_type_v not in UNQUANTIZED_KV and settings.flash_attn_mode == "off":
@@ -898,6 +895,16 @@ def _validate(settings: Settings) -> None:
         raise SettingsError("--chat-template and --chat-template-file cannot be used together")
 
 
+def _gpu_layers(flag: str, value: str) -> int:
+    """A layer count as llama.cpp takes it (``auto``/``all``: every layer, -1); a SettingsError names ``flag``."""
+    if value in ("auto", "all"):
+        return -1
+    try:
+        return int(value)
+    except ValueError:
+        raise SettingsError(f"{flag}: invalid value {value!r} (expected a number, auto or all)") from None
+
+
 def _validate_placement(settings: Settings) -> None:
     _ = settings.compute_cpus  # a bad mask or range is named
     if settings.cpu_strict not in (0, 1):
@@ -909,20 +916,13 @@ def _validate_placement(settings: Settings) -> None:
 
 
 def _validate_speculation(settings: Settings) -> None:
-    for kind in settings.spec_type.split(","):
-        kind = kind.strip()
+    for kind in settings.spec_type_names:
         if kind in UPSTREAM_ONLY_SPEC_TYPES:
             raise SettingsError(f"--spec-type {kind}: not implemented here (implemented: {', '.join(SPEC_TYPES)})")
-        if kind and kind not in SPEC_TYPES:
+        if kind not in SPEC_TYPES:
             raise SettingsError(f"--spec-type: unknown type {kind!r} (implemented: {', '.join(SPEC_TYPES)})")
     if "draft-simple" in settings.speculation.types and settings.spec_draft_model is None:
         raise SettingsError("--spec-type draft-simple: give the draft model with --spec-draft-model/-md")
-    if settings.spec_draft_ngl not in ("auto", "all"):
-        try:
-            int(settings.spec_draft_ngl)
-        except ValueError:
-            raise SettingsError(f"--spec-draft-ngl/-ngld: invalid value {settings.spec_draft_ngl!r} (expected a "
-                                "number, auto or all)") from None
     if settings.spec_draft_p_min > 1:
         raise SettingsError("--spec-draft-p-min: a probability, 0 to 1")
 

@@ -41,7 +41,7 @@ UPSTREAM_ONLY_SPEC_TYPES = ("draft-eagle3", "draft-mtp", "draft-dflash", "draft-
 class SpeculationOptions:
     """The server's speculation settings (``--spec-*``, llama-server's defaults)."""
 
-    types: tuple[str, ...] = ()  # drafters in the order tried; () or ("none",): off
+    types: tuple[str, ...] = ()  # drafters in the order tried ("ngram-simple", "draft-simple"); (): off
     draft_n_max: int = 3  # --spec-draft-n-max
     draft_n_min: int = 0  # --spec-draft-n-min
     draft_p_min: float = 0.0  # --spec-draft-p-min
@@ -50,7 +50,7 @@ class SpeculationOptions:
 
     @property
     def enabled(self) -> bool:
-        return any(kind != "none" for kind in self.types)
+        return bool(self.types)
 
 
 @dataclass(frozen=True)
@@ -160,7 +160,7 @@ class Speculator:
 
     def __init__(self, options: SpeculationOptions, draft_backend: Backend | None, n_vocab: int) -> None:
         self.options = options
-        self.types = tuple(kind for kind in options.types if kind != "none")
+        self.types = options.types
         self.model = DraftModel(draft_backend, n_vocab) if draft_backend is not None else None
         if "draft-simple" in self.types and self.model is None:
             log.warning("draft-simple speculation needs a draft model (--spec-draft-model): left out")
