@@ -17,6 +17,8 @@ from pathlib import Path
 import pytest
 import requests
 
+from app.model_files import embedded_model_path
+
 ROOT = Path(__file__).resolve().parents[2]
 STARTUP_SECONDS = 120
 
@@ -149,6 +151,20 @@ def storage_emulator() -> Iterator[str]:
         del os.environ["STORAGE_EMULATOR_HOST"]
         process.terminate()
         process.wait(10)
+
+
+@contextlib.contextmanager
+def model_in_storage() -> Iterator[tuple[str, str]]:
+    """The embedded model in a bucket of the storage emulator: (the emulator's address, the gs:// URI).
+    A server loading it answers while it downloads, as on Vertex AI: a local 92 MB model can load
+    before the worker has imported its HTTP side (app/wiring.py), leaving no 503 to see."""
+    with storage_emulator() as host:
+        from google.cloud import storage
+
+        client = storage.Client()
+        client.create_bucket("models").blob("smol/model.gguf").upload_from_filename(str(embedded_model_path()))
+        client.close()
+        yield host, "gs://models/smol/model.gguf"
 
 
 @pytest.fixture(scope="session")

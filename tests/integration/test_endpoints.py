@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import requests
 
-from tests.integration.conftest import Server
+from tests.integration.conftest import Server, model_in_storage, start
 
 CHAT = [{"role": "user", "content": "What is the capital of France?"}]
 
@@ -25,15 +26,24 @@ def sse_events(response: requests.Response) -> list[Any]:
     return events
 
 
-def test_health_answers_503_while_loading_then_200(vertex_server: Server) -> None:
-    assert vertex_server.startup_statuses[-1] == 200
-    assert 503 in vertex_server.startup_statuses  # the port answered before the model was loaded
-    assert set(vertex_server.startup_statuses[:-1]) == {503}
-    for body in vertex_server.startup_bodies:
-        assert body == {"error": {"code": 503, "message": "Loading model", "type": "unavailable_error"}}
-    for path in ("/health", "/v1/health", "/vertex/health"):
-        response = requests.get(vertex_server.url(path), timeout=10)
-        assert response.status_code == 200
+def test_health_answers_503_while_loading_then_200(tmp_path: Path) -> None:
+    """A model from Cloud Storage, as on Vertex AI (conftest.model_in_storage): the port answers while
+    it downloads and loads."""
+    with model_in_storage() as (host, uri):
+        server = start(tmp_path, ["-np", "2", "-c", "2048", "--model", uri, "--model-cache-dir", str(tmp_path / "c")],
+                       {"AIP_MODE": "PREDICTION", "AIP_HEALTH_ROUTE": "/vertex/health", "AIP_PREDICT_ROUTE": "/predict",
+                        "STORAGE_EMULATOR_HOST": host})
+        try:
+            assert server.startup_statuses[-1] == 200
+            assert 503 in server.startup_statuses  # the port answered before the model was loaded
+            assert set(server.startup_statuses[:-1]) == {503}
+            for body in server.startup_bodies:
+                assert body == {"error": {"code": 503, "message": "Loading model", "type": "unavailable_error"}}
+            for path in ("/health", "/v1/health", "/vertex/health"):
+                response = requests.get(server.url(path), timeout=10)
+                assert response.status_code == 200
+        finally:
+            assert server.stop() == 0, server.log()
         assert response.json() == {"status": "ok"}
 
 

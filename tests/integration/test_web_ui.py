@@ -29,7 +29,7 @@ from playwright.sync_api import (
     sync_playwright,
 )
 
-from tests.integration.conftest import ROOT, Server, launch, start
+from tests.integration.conftest import ROOT, Server, launch, model_in_storage, start
 from tests.projectors import make_vision_projector
 
 ARTIFACTS = ROOT / ".ui-test-artifacts"
@@ -332,8 +332,15 @@ def test_the_page_says_the_model_loads_until_it_is_ready(vertex_server: Server, 
     expect(page.locator("#send")).to_be_enabled()
 
 
-def test_the_pages_are_served_while_the_real_model_loads(server_dir: Path) -> None:
-    server = launch(server_dir, ["-np", "1", "-c", "1024"])
+def test_the_pages_are_served_while_the_real_model_loads(server_dir: Path, tmp_path: Path) -> None:
+    """The model comes from Cloud Storage (the emulator), as on Vertex AI (conftest.model_in_storage)."""
+    with model_in_storage() as (host, uri):
+        server = launch(server_dir, ["-np", "1", "-c", "1024", "--model", uri, "--model-cache-dir",
+                                     str(tmp_path / "cache")], {"STORAGE_EMULATOR_HOST": host})
+        check_pages_answer_while_loading(server)
+
+
+def check_pages_answer_while_loading(server: Server) -> None:
     pairs: list[tuple[int, int]] = []
     try:
         deadline = time.monotonic() + 120
