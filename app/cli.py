@@ -133,7 +133,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         settings, model_path, vertex, port = prepare(sys.argv[1:] if argv is None else argv, os.environ)
     except SettingsError:
         sys.exit(2)
-    # libgomp reads its environment when llama_cpp is first imported (by the next line)
+    # libgomp reads its environment when llama_cpp is first imported: in the worker, which inherits it
     prepare_process(settings.compute_cpus, settings.cpu_strict == 1, settings.poll, settings.prio)
     from app.gunicorn_server import ContainerServer
 

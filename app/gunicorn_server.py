@@ -12,21 +12,22 @@ import ssl
 import tempfile
 from concurrent import futures
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from gunicorn.app.base import BaseApplication
 from gunicorn.errors import HaltServer
 from gunicorn.glogging import Logger
 from gunicorn.workers.gthread import ThreadWorker
 
-from app.engine.llama import LlamaBackend
-from app.fault_injection import Crash, with_crash
 from app.llama_build import recorded_build_args, this_cpu
 from app.logs import CloudLoggingFormatter
 from app.settings import Settings
-from app.wiring import Application, build_application
 from app.worker_crashes import CrashPolicy, Phase, WorkerPhase, read_crash_report
 from gcp.environment import VertexEnvironment
+
+if TYPE_CHECKING:  # the worker imports them (load): the master never loads llama.cpp or the engine
+    from app.fault_injection import Crash
+    from app.wiring import Application
 
 log = logging.getLogger("app")
 
@@ -178,6 +179,10 @@ class ContainerServer(BaseApplication):  # type: ignore[misc]
         self.cfg.set("on_exit", self._on_exit)
 
     def load(self) -> Any:
+        from app.engine.llama import LlamaBackend
+        from app.fault_injection import with_crash
+        from app.wiring import build_application
+
         make_backend = with_crash(LlamaBackend, self._crash)
         self._application = build_application(self._settings, self._model_path, self._vertex,
                                                make_backend=make_backend,

@@ -183,6 +183,7 @@ def build_application(
     # would wait that long behind the imports to get it back after each one (measured: 0.1 s of start-up).
     sys.setswitchinterval(STARTUP_SWITCH_SECONDS)
     from app.context import ServerContext
+    from app.engine.llama import logits  # noqa: F401  (numpy, for the first request that asks for probabilities)
     from app.http import CorsPolicy, StaticSite, create_app
     from app.routes import bind_routes
     from gcp.predict import vertex_routes

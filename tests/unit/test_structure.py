@@ -25,14 +25,35 @@ def modules(package: str) -> list[Path]:
     return sorted((ROOT / package).rglob("*.py"))
 
 
-def test_only_the_llama_package_imports_llama_cpp() -> None:
-    importers = [
+def importers_of(package: str) -> list[str]:
+    return [
         path.relative_to(ROOT).as_posix()
-        for package in ("app", "gcp")
-        for path in modules(package)
-        if any(name == "llama_cpp" or name.startswith("llama_cpp.") for name in imports_of(path))
+        for top in ("app", "gcp")
+        for path in modules(top)
+        if any(name == package or name.startswith(package + ".") for name in imports_of(path))
     ]
-    assert importers and all(path.startswith("app/engine/llama/") for path in importers), importers
+
+
+def test_only_the_bindings_module_imports_llama_cpp_and_only_logits_imports_numpy() -> None:
+    """llama_cpp through app/engine/llama/bindings.py alone (it skips the package's heavy __init__);
+    numpy in app/engine/llama/logits.py alone (imported beside the model's load, not before it)."""
+    assert importers_of("llama_cpp") == ["app/engine/llama/bindings.py"]
+    assert importers_of("numpy") == ["app/engine/llama/logits.py"]
+
+
+def test_the_bindings_load_without_llama_cpp_python_s_high_level_package() -> None:
+    """The backend's import runs neither llama_cpp's __init__ nor numpy; other code that asks the
+    package for its high-level names (llama_cpp.Llama) still gets them."""
+    import subprocess
+    import sys
+
+    probe = ("import sys, app.engine.llama as backend; "
+             "print(sorted(m for m in ('llama_cpp.llama', 'numpy', 'jinja2') if m in sys.modules)); "
+             "import llama_cpp; from app.engine.llama.bindings import bindings_version; "
+             "print(llama_cpp.Llama.__name__, llama_cpp.__version__ == bindings_version(), "
+             "llama_cpp.llama_decode is backend.bindings.lc.llama_decode)")
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert result.stdout.split("\n")[:2] == ["[]", "Llama True True"], result.stdout + result.stderr
 
 
 def test_the_engine_knows_no_web_framework_and_nothing_above_it() -> None:
@@ -112,13 +133,15 @@ def test_http_threads_reach_llama_cpp_only_through_the_engines_doors() -> None:
                         path, node.lineno, node.attr)
 
 
-def test_the_master_process_imports_no_http_side() -> None:
-    """Start-up: the gunicorn master imports neither Flask, pydantic nor the handlers; the worker
-    imports them while its model loads (app/wiring.py), so their import time overlaps the load."""
+def test_the_master_process_imports_no_http_side_and_no_engine() -> None:
+    """Start-up: the gunicorn master imports neither Flask, pydantic nor the handlers, nor the engine,
+    llama_cpp or numpy; the worker imports the engine and the bindings, starts the model's load, and
+    imports the rest while it loads (app/wiring.py), so their import time overlaps the load."""
     import subprocess
     import sys
 
-    heavy = ("flask", "pydantic", "app.routes", "app.handlers", "app.context", "gcp.predict")
+    heavy = ("flask", "pydantic", "app.routes", "app.handlers", "app.context", "gcp.predict", "app.wiring",
+             "app.engine.engine", "app.engine.scheduler", "llama_cpp", "numpy")
     probe = ("import sys, app.cli, app.gunicorn_server; "
              f"print(','.join(m for m in {heavy!r} if m in sys.modules))")
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)

@@ -1,8 +1,10 @@
 """llama.cpp through llama-cpp-python's low-level bindings: the only package that imports llama_cpp.
 
+    bindings.py  llama_cpp's ctypes bindings, without its high-level package (the one importer)
     backend.py   LlamaBackend (model, context, batch, KV, LoRA, state files) and LlamaConfig
     vocab.py     tokenizer, pieces, built-in templates, grammars
-    sampler.py   sampler chains and log-probabilities
+    sampler.py   sampler chains
+    logits.py    log-probabilities and the greedy pick, read from a row of logits (the one numpy user)
     embedder.py  the embedding context
     media.py     the multimodal projector (libmtmd)
     ggml.py      llama.cpp's log bridge; ggml's loadable backends

@@ -15,11 +15,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, cast
 
-import llama_cpp as lc
-import numpy as np
-
 from app.engine.backend import BatchEntry, BatchMedia, BatchToken, ModelInfo, SequenceState
 from app.engine.errors import DecodeError, MediaError, ModelLoadError, UnsupportedError
+from app.engine.llama.bindings import bindings_version, lc
 from app.engine.llama.embedder import POOLING_NAMES, LlamaEmbedder
 from app.engine.llama.ggml import gpu_free_bytes, install_log_callback, load_ggml_backends
 from app.engine.llama.media import LlamaMedia
@@ -316,12 +314,9 @@ class LlamaBackend:
         return draft
 
     def top_token(self, batch_index: int) -> tuple[int, float]:
-        pointer = lc.llama_get_logits_ith(self._ctx, batch_index)
-        if not pointer:
-            raise DecodeError(-1)
-        logits = np.ctypeslib.as_array(pointer, shape=(self.vocab.n_vocab,))
-        best = int(logits.argmax())
-        return best, float(1.0 / np.exp(logits - logits[best]).sum())
+        from app.engine.llama.logits import greedy_token  # numpy: imported by the worker beside the load
+
+        return greedy_token(self._ctx, batch_index, self.vocab.n_vocab)
 
     @staticmethod
     def _load(config: LlamaConfig, n_gpu_layers: int, metadata_only: bool = False) -> Any:
@@ -386,7 +381,7 @@ class LlamaBackend:
             add_bos=bool(lc.llama_vocab_get_add_bos(vocab)),
             chat_template=template.decode("utf-8", "replace") if template else None,
             description=desc.value.decode("utf-8", "replace"),
-            build_info=f"b{lc.__version__}-llama-cpp-python",
+            build_info=f"b{bindings_version()}-llama-cpp-python",
             pooling=self._declared_pooling(),
             ftype=(lc.llama_ftype_name(lc.llama_model_ftype(self._model)) or b"").decode("utf-8", "replace"),
             add_eos=bool(lc.llama_vocab_get_add_eos(vocab)),

@@ -5,9 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-import llama_cpp as lc
-
 from app.engine.errors import DecodeError, ModelLoadError
+from app.engine.llama.bindings import lc
 
 _POOLING = {"unspecified": -1, "none": 0, "mean": 1, "cls": 2, "last": 3, "rank": 4}
 POOLING_NAMES = {value: name for name, value in _POOLING.items()}

@@ -9,10 +9,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-import llama_cpp as lc
-from llama_cpp import mtmd_cpp as mt
-
 from app.engine.errors import ModelLoadError
+from app.engine.llama.bindings import lc, mt
 
 log = logging.getLogger("app.engine.llama")
 llama_log = logging.getLogger("llama.cpp")

@@ -18,10 +18,8 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
-import llama_cpp as lc
-from llama_cpp import mtmd_cpp as mt
-
 from app.engine.errors import MediaError, ModelLoadError
+from app.engine.llama.bindings import lc, mt
 from app.engine.types import MediaChunk
 
 _TEXT_CHUNK = 0

@@ -6,12 +6,10 @@ from __future__ import annotations
 import ctypes
 from typing import Any
 
-import llama_cpp as lc
-import numpy as np
-
 from app.engine.errors import InvalidJobError
+from app.engine.llama.bindings import lc
 from app.engine.llama.vocab import LlamaVocabulary
-from app.engine.types import Sampled, SamplingParams, TokenProbs
+from app.engine.types import Sampled, SamplingParams
 
 
 class LlamaSampler:
@@ -24,65 +22,24 @@ class LlamaSampler:
         self._n_probs = n_probs
         self._post_sampling = post_sampling
 
-    def _logits(self, batch_index: int) -> np.ndarray[Any, np.dtype[np.float32]]:
-        pointer = lc.llama_get_logits_ith(self._ctx, batch_index)
-        return np.ctypeslib.as_array(pointer, shape=(self._n_vocab,)).copy()
-
     def sample(self, batch_index: int) -> Sampled:
         if self._n_probs <= 0:
             return Sampled(int(lc.llama_sampler_sample(self._chain, self._ctx, batch_index)))
-        logits = self._logits(batch_index)
+        from app.engine.llama import logits  # numpy: imported by the worker beside the model's load
+
+        row = logits.logits_row(self._ctx, batch_index, self._n_vocab)
         if not self._post_sampling:
             token = int(lc.llama_sampler_sample(self._chain, self._ctx, batch_index))
-            return Sampled(token, _top_logprobs(logits, token, self._n_probs))
-        return self._sample_post(logits)
+            return Sampled(token, logits.top_logprobs(row, token, self._n_probs))
+        return logits.sample_post_chain(self._chain, row, self._n_probs)
 
     def accept(self, token: int) -> None:
         lc.llama_sampler_accept(self._chain, token)
-
-    def _sample_post(self, logits: np.ndarray[Any, np.dtype[np.float32]]) -> Sampled:
-        """Apply the chain by hand to see the candidates it leaves, then pick and accept."""
-        data = np.zeros(self._n_vocab, dtype=_TOKEN_DATA)
-        data["id"] = np.arange(self._n_vocab, dtype=np.int32)
-        data["logit"] = logits
-        candidates = lc.llama_token_data_array(
-            data=data.ctypes.data_as(lc.llama_token_data_p), size=self._n_vocab, selected=-1, sorted=False
-        )
-        lc.llama_sampler_apply(self._chain, ctypes.byref(candidates))
-        raw = ctypes.cast(candidates.data, ctypes.POINTER(ctypes.c_byte))
-        kept = np.ctypeslib.as_array(raw, shape=(candidates.size * _TOKEN_DATA.itemsize,)).view(_TOKEN_DATA).copy()
-        token = int(kept[candidates.selected]["id"])
-        lc.llama_sampler_accept(self._chain, token)
-        finite = kept[np.isfinite(kept["logit"])]
-        shifted = finite["logit"] - finite["logit"].max()
-        probs = np.exp(shifted) / np.exp(shifted).sum()
-        order = np.argsort(-probs, kind="stable")[: self._n_probs]
-        top = tuple((int(finite[i]["id"]), float(probs[i])) for i in order)
-        chosen = probs[finite["id"] == token]
-        return Sampled(token, TokenProbs(token, float(chosen[0]) if chosen.size else 0.0, top))
 
     def free(self) -> None:
         if self._chain is not None:
             lc.llama_sampler_free(self._chain)
             self._chain = None
-
-
-_TOKEN_DATA = np.dtype([("id", np.int32), ("logit", np.float32), ("p", np.float32)])
-_LOWEST = float(np.finfo(np.float32).min)
-
-
-def _top_logprobs(logits: np.ndarray[Any, np.dtype[np.float32]], token: int, n: int) -> TokenProbs:
-    """Log-softmax of the raw logits: the sampled token's log-probability and the top ``n``."""
-    shifted = logits.astype(np.float64) - float(logits.max())
-    logprobs = shifted - np.log(np.exp(shifted).sum())
-    top = np.argpartition(-logprobs, min(n, len(logprobs) - 1))[:n]
-    top = top[np.argsort(-logprobs[top], kind="stable")]
-
-    def value(index: int) -> float:
-        v = float(logprobs[index])
-        return v if np.isfinite(v) else _LOWEST
-
-    return TokenProbs(token, value(token), tuple((int(i), value(int(i))) for i in top))
 
 
 def _add(chain: Any, sampler: Any) -> None:

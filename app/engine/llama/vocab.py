@@ -8,10 +8,8 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-import llama_cpp as lc
-from llama_cpp.llama_grammar import json_schema_to_gbnf
-
 from app.engine.errors import InvalidJobError
+from app.engine.llama.bindings import json_schema_to_gbnf, lc
 
 
 class LlamaVocabulary:
