@@ -154,3 +154,4 @@ class Route:
     body: type[BaseModel] | None = None  # the request schema the handler validates with
     streams: bool = False  # may answer text/event-stream
     summary: str = ""
+    polled: bool = False  # asked for over and over (health checks, model lists): a success is logged at debug

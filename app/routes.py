@@ -82,16 +82,17 @@ class RouteSpec:
     body: type[BaseModel] | None = None
     streams: bool = False
     requires: Switch | None = None
+    polled: bool = False  # what llama-server leaves out of its request log: health, models, props, metrics
 
 
 ROUTES: tuple[RouteSpec, ...] = (
-    RouteSpec("GET", "/health", get_health, public=True),
-    RouteSpec("GET", "/v1/health", get_health, public=True),
-    RouteSpec("GET", "/metrics", get_metrics, requires=METRICS),
-    RouteSpec("GET", "/props", get_props),
+    RouteSpec("GET", "/health", get_health, public=True, polled=True),
+    RouteSpec("GET", "/v1/health", get_health, public=True, polled=True),
+    RouteSpec("GET", "/metrics", get_metrics, requires=METRICS, polled=True),
+    RouteSpec("GET", "/props", get_props, polled=True),
     RouteSpec("POST", "/props", post_props, requires=PROPS),
-    RouteSpec("GET", "/models", get_models, public=True),
-    RouteSpec("GET", "/v1/models", get_models, public=True),
+    RouteSpec("GET", "/models", get_models, public=True, polled=True),
+    RouteSpec("GET", "/v1/models", get_models, public=True, polled=True),
     RouteSpec("POST", "/completion", post_completion, body=CompletionBody, streams=True, requires=GENERATION),
     RouteSpec("POST", "/completions", post_completion, body=CompletionBody, streams=True, requires=GENERATION),
     RouteSpec("POST", "/v1/completions", post_openai_completions, body=CompletionBody, streams=True,
@@ -147,6 +148,6 @@ def bind_routes(ctx: ServerContext, specs: Iterable[RouteSpec] = ROUTES) -> tupl
 
     return tuple(
         Route(spec.method, spec.path, spec.handler.__name__, bound(spec), spec.public, spec.body, spec.streams,
-              (spec.handler.__doc__ or "").strip().splitlines()[0] if spec.handler.__doc__ else "")
+              (spec.handler.__doc__ or "").strip().splitlines()[0] if spec.handler.__doc__ else "", spec.polled)
         for spec in specs
     )

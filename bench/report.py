@@ -3,21 +3,23 @@ llama-cpp-python vendors: bench/llama_server.py) and llama-cpp-python's own serv
 
     .venv/bin/python bench/report.py [--max-tokens 64] [--threads 2] [--rounds 1] [--peer NAME ...]
 
-Prints one table: time to healthy, time to first token, aggregate generated tokens/s at 1, 4, 8
-16, 32 and 64 concurrent streams, /predict with 8 instances against 8 sequential calls (and how many of
-a 128-instance /predict are answered), tokenize
-requests/s, the health check's p99 latency while 32 streams run (one read slowly), the engine
-thread's own time per decode step at each stream count (/metrics llamacpp:step_host_seconds), and peak
-memory (RSS of the server's processes), with ratios ours/theirs for each peer; then the prompt cache's table
-(bench/prompt_cache.py: time to first token with --cache-ram off and on) and speculative decoding's
-(bench/speculative.py: an edit task with n-gram drafts off and on, and a self-draft, against llama-server)
-and CPU contention's (bench/cpu_contention.py: decode speed beside a CPU hog, -t cores and cores - 1).
+Prints one table: time to healthy, time to first token, aggregate generated tokens/s at 1, 4, 8,
+16, 32 and 64 concurrent streams, /predict with 8 instances against 8 sequential calls and 8
+concurrent ones (and how many of a 128-instance /predict are answered), requests/s of the light
+requests (/health, /props, /tokenize, /detokenize: no decoding), the health check's p99 latency
+while 32 streams run (one read slowly), the engine thread's own time per decode step at each stream
+count (/metrics llamacpp:step_host_seconds), and peak memory (RSS of the server's processes), with
+ratios ours/theirs for each peer; then the prompt cache's table (bench/prompt_cache.py: time to
+first token with --cache-ram off and on) and speculative decoding's (bench/speculative.py: an edit
+task with n-gram drafts off and on, and a self-draft, against llama-server) and CPU contention's
+(bench/cpu_contention.py: decode speed beside a CPU hog, -t cores and cores - 1).
 The servers run one after the other, never together. Not a test: timings on shared machines are noisy.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib.util
 import json
 import os
@@ -42,6 +44,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from app.model_files import embedded_model_path  # noqa: E402
+from bench.light_requests import LLAMA_SERVER_LIGHT, TEXT, TOKENS, LightRequest, light_rps  # noqa: E402
 
 QUESTIONS = [
     "Write a short poem about the sea.", "Explain what a CPU does.", "Give me three tips for cooking.",
@@ -167,6 +170,15 @@ def sequential_seconds(base: str, max_tokens: int) -> float:
     return time.perf_counter() - started
 
 
+def concurrent_seconds(base: str, max_tokens: int) -> float:
+    """The 8 chats of ``sequential_seconds`` sent at once, each its own request: what batching gives
+    on this machine, the bound of a /predict that carries them as instances."""
+    started = time.perf_counter()
+    with ThreadPoolExecutor(len(QUESTIONS)) as pool:
+        list(pool.map(lambda question: one_chat(base, question, max_tokens), QUESTIONS))
+    return time.perf_counter() - started
+
+
 def predict_seconds(base: str, max_tokens: int) -> float:
     instances = [{"@requestFormat": "chatCompletions", **chat_body(q, max_tokens, False)} for q in QUESTIONS]
     started = time.perf_counter()
@@ -182,17 +194,6 @@ def predict_128_answered(base: str) -> float:
     response = requests.post(base + "/predict", json={"instances": instances}, timeout=900)
     response.raise_for_status()
     return float(sum("error" not in prediction for prediction in response.json()["predictions"]))
-
-
-def tokenize_rps(base: str, path: str, field_name: str, requests_n: int = 200, clients: int = 4) -> float:
-    def call(i: int) -> None:
-        requests.post(base + path, json={field_name: f"Tokenize request number {i}, please."},
-                      timeout=60).raise_for_status()
-
-    started = time.perf_counter()
-    with ThreadPoolExecutor(clients) as pool:
-        list(pool.map(call, range(requests_n)))
-    return requests_n / (time.perf_counter() - started)
 
 
 def health_p99_under_load(base: str, health: str, max_tokens: int, streams: int = 32) -> float:
@@ -231,16 +232,19 @@ def best(rounds: int, measure: Callable[[], float], higher_is_better: bool) -> f
 
 @dataclass(frozen=True)
 class Peer:
-    """How the benchmark talks to a server: its health path and its tokenize route."""
+    """How the benchmark talks to a server: its health path and its light requests (those it has)."""
 
     name: str
     health: str
-    tokenize: tuple[str, str]  # path, field of the text
+    light: dict[str, LightRequest]
 
 
-OURS = Peer("vertex-llama", "/health", ("/tokenize", "content"))
-PEERS = {"llama-server": Peer("llama-server", "/health", ("/tokenize", "content")),
-         "llama_cpp.server": Peer("llama_cpp.server", "/v1/models", ("/extras/tokenize", "input"))}
+OURS = Peer("vertex-llama", "/health", LLAMA_SERVER_LIGHT)
+PEERS = {"llama-server": Peer("llama-server", "/health", LLAMA_SERVER_LIGHT),
+         "llama_cpp.server": Peer("llama_cpp.server", "/v1/models", {
+             "health": LightRequest("/v1/models"),
+             "tokenize": LightRequest("/extras/tokenize", {"input": TEXT}),
+             "detokenize": LightRequest("/extras/detokenize", {"tokens": TOKENS})})}
 
 
 LONG_PROMPT_WORDS = ("the river", "a lantern", "seven birds", "an old map", "the harbour", "a quiet street")
@@ -274,10 +278,15 @@ def measure(server: Running, peer: Peer, max_tokens: int, rounds: int, streams: 
             results[f"engine's own ms a step, {n} streams"] = 1000 * seconds / steps if steps else 0.0
     results["8 sequential calls, s (lower: better)"] = best(
         rounds, lambda: sequential_seconds(base, max_tokens), False)
+    results["8 concurrent calls, s (lower: better)"] = best(
+        rounds, lambda: concurrent_seconds(base, max_tokens), False)
     if ours:
         results["/predict with 8 instances, s"] = best(rounds, lambda: predict_seconds(base, max_tokens), False)
         results["/predict of 128: predictions answered"] = predict_128_answered(base)
-    results["tokenize, requests/s (higher: better)"] = tokenize_rps(base, *peer.tokenize)
+    port = int(base.rsplit(":", 1)[1])
+    for name, request in peer.light.items():  # raw keep-alive clients, one process each (bench/light_requests.py)
+        results[f"{name}, requests/s (higher: better)"] = best(
+            rounds, functools.partial(light_rps, port, request), True)
     results["health p99 under 32 streams, ms (lower)"] = health_p99_under_load(base, peer.health, max_tokens)
     results["peak memory, MiB (lower: better)"] = server.peak_rss / (1 << 20)
     return results
@@ -348,10 +357,14 @@ def main() -> None:
             row.append(f"{value / peer:21.2f}" if peer else "-".rjust(21))
         print("| " + " | ".join(row) + " |")
     predict = ours["/predict with 8 instances, s"]
-    for name in peers:
-        sequential = theirs[name]["8 sequential calls, s (lower: better)"]
-        print(f"/predict(8) of ours against 8 sequential calls of {name}: {predict:.2f} s / {sequential:.2f} s = "
-              f"{predict / sequential:.2f}")
+    for name, results in {"ours": ours, **theirs}.items():
+        sequential = results["8 sequential calls, s (lower: better)"]
+        concurrent = results["8 concurrent calls, s (lower: better)"]
+        print(f"{name}: /predict(8) / 8 sequential calls = {predict:.2f} / {sequential:.2f} = "
+              f"{predict / sequential:.2f}; 8 concurrent / 8 sequential calls (batching's bound on this "
+              f"machine) = {concurrent / sequential:.2f}")
+    concurrent = ours["8 concurrent calls, s (lower: better)"]
+    print(f"ours: /predict(8) / 8 concurrent calls (the fan-out's own cost) = {predict / concurrent:.2f}")
     if args.only_generation:
         return
     print()

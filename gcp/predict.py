@@ -234,7 +234,7 @@ def vertex_routes(
                            public=True, summary="Vertex AI: the @requestFormat alias table of the predict route"))
     if environment.health_route and environment.health_route not in {route.path for route in routes}:
         health = next(route for route in routes if route.path == "/health")
-        added.append(Route("GET", environment.health_route, health.name, health.handler, public=True))
+        added.append(replace(health, path=environment.health_route, public=True))  # the checker has no key
     log.info(
         "Google Cloud Platform compat: health route = %s, predict route = %s, port = %s",
         environment.health_route or "/health",

@@ -134,6 +134,11 @@ def _static_paths(site: StaticSite | None, prefix: str, route_paths: set[str]) -
     return urls
 
 
+def endpoint(route: Route) -> str:
+    """The Flask endpoint name of a route of the table."""
+    return f"{route.method} {route.path}"
+
+
 def create_app(
     routes: Sequence[Route],
     is_ready: Callable[[], bool],
@@ -152,12 +157,12 @@ def create_app(
     public = {prefix + route.path for route in routes if route.public}
     route_paths = {prefix + flask_rule(route.path) for route in routes}
     static_paths = _static_paths(site, prefix, route_paths)
-    install_access_log(app)
+    install_access_log(app, quiet_endpoints=frozenset(endpoint(route) for route in routes if route.polled))
     install_middleware(app, is_ready, api_keys, public, is_draining, cors, always_open=static_paths)
     for route in routes:
         app.add_url_rule(
             prefix + flask_rule(route.path),
-            endpoint=f"{route.method} {route.path}",
+            endpoint=endpoint(route),
             view_func=_view(route, sessions),
             methods=[route.method],
             provide_automatic_options=False,

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import socket
 import subprocess
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -127,4 +128,46 @@ def test_a_connection_that_sends_nothing_is_closed_after_the_timeout(server_dir:
             assert client.recv(1024) == b""  # and the connection is closed
         assert requests.get(server.url("/health"), timeout=10).status_code == 200  # and it still serves
     finally:
+        assert server.stop() == 0, server.log()
+
+
+def keep_alive_requests(port: int, target: bytes, stop: threading.Event, served: list[int]) -> None:
+    """GET ``target`` over one keep-alive connection, back to back, until ``stop``; counts answers."""
+    request = b"GET " + target + b" HTTP/1.1\r\nHost: x\r\n\r\n"
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as client:
+        reader = client.makefile("rb")
+        while not stop.is_set():
+            client.sendall(request)
+            assert reader.readline().startswith(b"HTTP/1.1 200")
+            length = 0
+            while (line := reader.readline()) not in (b"\r\n", b""):
+                if line.lower().startswith(b"content-length:"):
+                    length = int(line.split(b":")[1])
+            reader.read(length)
+            served[0] += 1
+
+
+def test_keep_alive_connections_that_never_pause_do_not_starve_a_newcomer(server_dir: Path) -> None:
+    """A request thread serves the next request of its keep-alive connection itself when it comes at
+    once (app/gunicorn_server.py): never while that would leave no thread for anyone else. Here more
+    connections than request threads (-np 1: 5) send requests back to back; each of them and a new
+    connection still get answers."""
+    server = launch(server_dir, [*BASE_ARGS, "--threads-http", "1"])
+    stop = threading.Event()
+    counts = [[0] for _ in range(8)]
+    hammers = [threading.Thread(target=keep_alive_requests, args=(server.port, b"/props", stop, count), daemon=True)
+               for count in counts]
+    try:
+        wait_for(lambda: requests.get(server.url("/health"), timeout=5).status_code == 200, server)
+        for hammer in hammers:
+            hammer.start()
+        time.sleep(2)
+        assert requests.get(server.url("/v1/models"), timeout=10).status_code == 200  # the newcomer
+        before = [count[0] for count in counts]
+        time.sleep(2)
+        assert all(count[0] > then for count, then in zip(counts, before, strict=True)), (before, counts)
+    finally:
+        stop.set()
+        for hammer in hammers:
+            hammer.join(30)
         assert server.stop() == 0, server.log()

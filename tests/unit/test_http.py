@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 
 import pytest
@@ -169,3 +170,31 @@ def test_api_prefix_mounts_every_route() -> None:
     prefixed = client(prefix="/api")
     assert prefixed.get("/api/health").status_code == 200
     assert prefixed.get("/health").status_code == 404
+
+
+def test_polled_routes_log_their_successes_at_debug_and_their_failures_at_info(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """As llama-server leaves health checks, model lists, props and metrics out of its request log:
+    Vertex AI's health checker would otherwise write a line every few seconds. A failure is news."""
+    polled = Route("GET", "/health", "get_health", guard(lambda r: ApiReply(body={"status": "ok"})), public=True,
+                   polled=True)
+    routes = [polled, Route("POST", "/echo", "echo", guard(echo))]
+    ready = [False]
+    app = create_app(routes, lambda: ready[0]).test_client()
+
+    def access_levels() -> list[tuple[int, str]]:
+        return [(r.levelno, r.getMessage().split(" id=")[0].rsplit(" ", 1)[0]) for r in caplog.records
+                if r.name == "app.access"]
+
+    with caplog.at_level("DEBUG", logger="app.access"):
+        app.get("/health").close()  # loading: 503
+        ready[0] = True
+        app.get("/health").close()
+        app.post("/echo", json={}).close()
+    assert access_levels() == [(logging.INFO, "GET /health 503"), (logging.DEBUG, "GET /health 200"),
+                               (logging.INFO, "POST /echo 200")]
+    caplog.clear()
+    with caplog.at_level("INFO", logger="app.access"):
+        reply = app.get("/health")
+        reply.close()
+    assert reply.headers["X-Request-Id"] and access_levels() == []  # the id is still echoed
