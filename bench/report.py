@@ -357,14 +357,14 @@ def main() -> None:
             row.append(f"{value / peer:21.2f}" if peer else "-".rjust(21))
         print("| " + " | ".join(row) + " |")
     predict = ours["/predict with 8 instances, s"]
-    for name, results in {"ours": ours, **theirs}.items():
+    for name, results in {"vertex-llama": ours, **theirs}.items():
         sequential = results["8 sequential calls, s (lower: better)"]
         concurrent = results["8 concurrent calls, s (lower: better)"]
-        print(f"{name}: /predict(8) / 8 sequential calls = {predict:.2f} / {sequential:.2f} = "
-              f"{predict / sequential:.2f}; 8 concurrent / 8 sequential calls (batching's bound on this "
-              f"machine) = {concurrent / sequential:.2f}")
+        print(f"our /predict(8) / {name}'s 8 sequential calls = {predict:.2f} / {sequential:.2f} = "
+              f"{predict / sequential:.2f}; {name}'s 8 concurrent / 8 sequential calls (batching's bound "
+              f"on this machine) = {concurrent / sequential:.2f}")
     concurrent = ours["8 concurrent calls, s (lower: better)"]
-    print(f"ours: /predict(8) / 8 concurrent calls (the fan-out's own cost) = {predict / concurrent:.2f}")
+    print(f"our /predict(8) / our 8 concurrent calls (the fan-out's own cost) = {predict / concurrent:.2f}")
     if args.only_generation:
         return
     print()
