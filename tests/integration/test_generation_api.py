@@ -26,10 +26,11 @@ WEATHER_TOOL: ChatCompletionFunctionToolParam = {
     "function": {"name": "get_weather", "description": "Get the current weather in a city",
                  "parameters": WEATHER_PARAMETERS},
 }
-TIME_TOOL: ChatCompletionFunctionToolParam = {
+TIME_TOOL: ChatCompletionFunctionToolParam = {  # a bounded string: the call always closes within max_tokens
     "type": "function",
     "function": {"name": "get_time", "description": "Get the time in a timezone",
-                 "parameters": {"type": "object", "properties": {"zone": {"type": "string"}}, "required": ["zone"]}},
+                 "parameters": {"type": "object", "properties": {"zone": {"type": "string", "maxLength": 40}},
+                                "required": ["zone"]}},
 }
 
 
