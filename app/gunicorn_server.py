@@ -129,7 +129,7 @@ class WholeResponseWorker(ThreadWorker):  # type: ignore[misc]
         by the same thread, up to ``LINGER_REQUESTS`` in a row and only while other request threads
         are free (so no connection waits for one). gthread would hand the connection to its poller
         thread and back to a request thread for each request: those two hand-offs were most of a
-        light request's time (/health, /tokenize: 1.3-1.6x the requests/s with this)."""
+        light request's time (/health, /tokenize: 1.1-1.6x the requests/s with this)."""
         for _ in range(LINGER_REQUESTS):
             conn.sock.settimeout(self.cfg.timeout)
             keep_alive, conn = super().handle(conn)
