@@ -131,8 +131,7 @@ def main() -> None:
         results["ours"] = {(name, n): light_rps(port, request, n, args.requests)
                            for name, request in LLAMA_SERVER_LIGHT.items() for n in clients}
     port = free_port()
-    command, cwd = peer_command("llama-server", model, port, args.threads, context="16384")
-    command[command.index("-np") + 1] = "16"
+    command, cwd = peer_command("llama-server", model, port, args.threads, context="16384", slots="16")
     with running(command, port, "/health", {}, cwd=cwd):
         results["llama-server"] = {(name, n): light_rps(port, request, n, args.requests)
                                    for name, request in LLAMA_SERVER_LIGHT.items() for n in clients}

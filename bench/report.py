@@ -92,8 +92,9 @@ class Running:
 
 @contextmanager
 def running(command: list[str], port: int, health: str, env: dict[str, str],
-            log: Path | None = None, cwd: Path = ROOT) -> Iterator[Running]:
-    """A server started from ``command`` and healthy; its output goes to ``log`` (else nowhere)."""
+            log: Path | None = None, cwd: Path = ROOT, poll_seconds: float = 0.02) -> Iterator[Running]:
+    """A server started from ``command`` and healthy (``health`` polled every ``poll_seconds``); its
+    output goes to ``log`` (else nowhere)."""
     started = time.perf_counter()
     with log.open("wb") if log else open(os.devnull, "wb") as output:
         process = subprocess.Popen(command, cwd=cwd, env={**os.environ, **env}, stdout=output,
@@ -107,7 +108,7 @@ def running(command: list[str], port: int, health: str, env: dict[str, str],
                 break
         except requests.ConnectionError:
             pass
-        time.sleep(0.02)
+        time.sleep(poll_seconds)
     server = Running(base, process, time.perf_counter() - started)
     watcher = threading.Thread(target=server.watch_memory, daemon=True)
     watcher.start()
@@ -293,14 +294,14 @@ def measure(server: Running, peer: Peer, max_tokens: int, rounds: int, streams: 
 
 
 def peer_command(name: str, model: str, port: int, threads: int, binary: Path | None = None,
-                 extra: tuple[str, ...] = (), context: str = CONTEXT) -> tuple[list[str], Path]:
+                 extra: tuple[str, ...] = (), context: str = CONTEXT, slots: str = SLOTS) -> tuple[list[str], Path]:
     """(command, working directory) of a peer server on ``port``, with the slots and context ours gets;
     ``binary`` is a llama-server already built (a CUDA one: scripts/gpu-check.sh), ``extra`` more flags."""
     if name == "llama-server":
         from bench.llama_server import llama_server  # builds it once (cached)
 
         binary = binary or llama_server()
-        return ([str(binary), "-m", model, "--host", "127.0.0.1", "--port", str(port), "-np", SLOTS, "-c", context,
+        return ([str(binary), "-m", model, "--host", "127.0.0.1", "--port", str(port), "-np", slots, "-c", context,
                  "-t", str(threads), "--no-webui", *extra], binary.parent)
     # With runtime CPU dispatch, llama-cpp-python's own Llama class finds ggml's backends only beside
     # the executable or in the working directory: run it from the wheel's library directory.

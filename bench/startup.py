@@ -13,43 +13,22 @@ app/wiring.py). Not a test: timings on shared machines are noisy.
 from __future__ import annotations
 
 import argparse
-import http.client
 import statistics
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from app.model_files import embedded_model_path  # noqa: E402
-from bench.report import free_port, peer_command  # noqa: E402
+from bench.report import free_port, peer_command, running  # noqa: E402
 
 POLL_SECONDS = 0.005
 
 
-def healthy(port: int) -> bool:
-    try:
-        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
-        connection.request("GET", "/health")
-        return connection.getresponse().status == 200
-    except OSError:
-        return False
-
-
 def seconds_to_healthy(command: list[str], port: int, cwd: Path) -> float:
-    started = time.perf_counter()
-    process = subprocess.Popen(command, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        while not healthy(port):
-            if process.poll() is not None:
-                raise RuntimeError(f"{command[0]} exited with {process.returncode}")
-            time.sleep(POLL_SECONDS)
-        return time.perf_counter() - started
-    finally:
-        process.terminate()
-        process.wait(60)
+    with running(command, port, "/health", {}, cwd=cwd, poll_seconds=POLL_SECONDS) as server:
+        return server.healthy_s
 
 
 def main() -> None:
@@ -68,8 +47,8 @@ def main() -> None:
         ours.append(seconds_to_healthy([sys.executable, "-m", "app", "-m", model, "--port", str(port), *flags],
                                        port, ROOT))
         port = free_port()
-        command, cwd = peer_command("llama-server", model, port, args.threads, context=args.ctx_size)
-        command[command.index("-np") + 1] = args.slots
+        command, cwd = peer_command("llama-server", model, port, args.threads, context=args.ctx_size,
+                                    slots=args.slots)
         theirs.append(seconds_to_healthy(command, port, cwd))
     print(f"time to healthy, {args.slots} slots, -c {args.ctx_size}, {args.rounds} starts each (s)")
     print("  ours:         " + " ".join(f"{s:.3f}" for s in ours))
