@@ -11,6 +11,7 @@ environment at import time.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import re
@@ -604,9 +605,11 @@ class Settings:
         """``--parallel`` with ``-1`` (auto) resolved to llama-server's 4."""
         return 4 if self.n_parallel == -1 else self.n_parallel
 
-    @property
+    @functools.cached_property
     def compute_cpus(self) -> frozenset[int] | None:
-        """The CPUs --cpu-mask and --cpu-range give llama.cpp's threads (None: not placed)."""
+        """The CPUs --cpu-mask and --cpu-range give llama.cpp's threads (None: not placed), of those the
+        process may use when first asked (at validation): read once, so the engine thread, whose own
+        affinity is this set once placed, gets the same answer without reading it again."""
         try:
             return compute_cpus(self.cpu_mask, self.cpu_range, frozenset(os.sched_getaffinity(0)))
         except PlacementError as exc:
