@@ -7,6 +7,7 @@ them. The engine reports ready only once the HTTP side exists (``ready`` waits f
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
 import secrets
@@ -35,6 +36,7 @@ if TYPE_CHECKING:  # the HTTP side is imported by build_application, while the m
 log = logging.getLogger(__name__)
 
 PREDICT_WORKERS = 128
+LOGITS_MODULE = "app.engine.llama.logits"  # numpy's one user (imported after the load: ready)
 STARTUP_SWITCH_SECONDS = 0.0005  # the GIL's switch interval while the model loads beside the imports
 
 
@@ -154,6 +156,10 @@ def build_application(
         built[0].publish_loaded_model()
         if on_ready is not None:
             on_ready()
+        # numpy, for the first request that asks for probabilities: imported once the server can answer,
+        # on a thread of its own, so that neither the load nor the HTTP side waits for its 60 ms
+        threading.Thread(target=importlib.import_module, args=(LOGITS_MODULE,), name="import-numpy",
+                         daemon=True).start()
 
     prompt_cache = settings.prompt_cache_bytes(available_memory_bytes())
     log.info("prompt cache: %s", "off" if prompt_cache == 0 else "no limit" if prompt_cache is None
@@ -183,7 +189,6 @@ def build_application(
     # would wait that long behind the imports to get it back after each one (measured: 0.1 s of start-up).
     sys.setswitchinterval(STARTUP_SWITCH_SECONDS)
     from app.context import ServerContext
-    from app.engine.llama import logits  # noqa: F401  (numpy, for the first request that asks for probabilities)
     from app.http import CorsPolicy, StaticSite, create_app
     from app.routes import bind_routes
     from gcp.predict import vertex_routes

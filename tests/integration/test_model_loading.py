@@ -1,7 +1,7 @@
 """llama-server's loading flags on a real server: --override-kv changes the model's metadata (here:
 whether the tokenizer adds a BOS token), --load-mode decides whether the file is memory-mapped,
 --check-tensors refuses a model holding a NaN, --numa starts, --no-warmup skips the warm-up, the --log-*
-flags reach the server's log. One server at a time."""
+flags reach the server's log, and -v llama.cpp's own lines. One server at a time."""
 
 from __future__ import annotations
 
@@ -87,6 +87,7 @@ def test_check_tensors_refuses_a_model_with_a_nan(server_dir: Path, tmp_path: Pa
     stopped = launch(server_dir, ["-m", model, "-np", "1", "-c", "256", "--embeddings", "--check-tensors"])
     assert stopped.process.wait(120) == 4, stopped.log()
     assert "--check-tensors" in stopped.log()
+    assert "ERROR llama.cpp: load_all_data: tensor 'blk.0.attn_q.weight' has invalid data" in stopped.log()
 
 
 def test_numa_distribute_starts_and_no_warmup_skips_the_warm_up(server_dir: Path) -> None:
@@ -108,3 +109,17 @@ def test_the_log_flags_reach_the_server(server_dir: Path, tmp_path: Path) -> Non
     entries = [json.loads(line) for line in log_file.read_text().splitlines()]
     assert any(entry["message"].startswith("model loaded") for entry in entries)
     assert all({"severity", "message", "logger"} <= set(entry) for entry in entries)
+    assert not any(entry["logger"] == "llama.cpp" for entry in entries)  # llama.cpp's lines: errors only
+
+
+def test_verbose_logs_llama_cpp_s_own_lines(server_dir: Path) -> None:
+    """-v: llama.cpp's information and debug lines too (the default log has its errors only; the C
+    filter of app/engine/llama/native.c drops the rest before they reach Python)."""
+    server = start(server_dir, ["-np", "1", "-c", "512", "-v"])
+    try:
+        assert first_tokens(server)
+    finally:
+        assert server.stop() == 0, server.log()
+    lines = [line for line in server.log().splitlines() if " llama.cpp: " in line]
+    assert any("INFO llama.cpp: llama_context: n_ctx" in line for line in lines), server.log()[-3000:]
+    assert any("llama_kv_cache: layer" in line for line in lines)  # a debug line of llama.cpp's

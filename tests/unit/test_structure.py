@@ -149,3 +149,33 @@ def test_the_master_process_imports_no_http_side_and_no_engine() -> None:
              f"print(','.join(m for m in {heavy!r} if m in sys.modules))")
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == ""
+
+
+def test_the_worker_imports_numpy_after_the_load_not_beside_it() -> None:
+    """The HTTP side, imported while the model loads, leaves numpy out (60 ms it would add to start-up);
+    once the model is ready a thread imports it, so the first request asking for probabilities
+    finds it there."""
+    import subprocess
+    import sys
+
+    probe = """
+import sys, threading, time
+from app.settings import parse_settings
+from app.wiring import build_application
+from tests.fakes import FakeBackend
+loading = threading.Event()
+def make(config):
+    loading.wait()  # the model 'loads' until the HTTP side is built
+    return FakeBackend(reply_for=lambda prompt: "x", n_seq=config.n_seq, n_ctx_seq=64, n_batch=64)
+built = build_application(parse_settings(["-np", "1"], {}), "/models/fake.gguf", None, print, make)
+print("numpy" in sys.modules)
+loading.set()
+assert built.context.engine.wait_ready(30)
+deadline = time.monotonic() + 30
+while "app.engine.llama.logits" not in sys.modules and time.monotonic() < deadline:
+    time.sleep(0.01)
+print("app.engine.llama.logits" in sys.modules)
+built.shutdown()
+"""
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert result.stdout.split() == ["False", "True"], result.stdout + result.stderr

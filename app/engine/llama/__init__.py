@@ -8,6 +8,7 @@
     embedder.py  the embedding context
     media.py     the multimodal projector (libmtmd)
     ggml.py      llama.cpp's log bridge; ggml's loadable backends
+    native.py    the C helpers of native.c (a log filter, a vocabulary scan), where the install built them
 """
 
 from app.engine.llama.backend import FitConfig, LlamaBackend, LlamaConfig, LoadConfig, RopeConfig

@@ -11,16 +11,42 @@ from typing import Any
 
 from app.engine.errors import ModelLoadError
 from app.engine.llama.bindings import lc, mt
+from app.engine.llama.native import filtered_log_callback
 
 log = logging.getLogger("app.engine.llama")
 llama_log = logging.getLogger("llama.cpp")
 
 
-_log_callback_ref: Any = None
+_log_callback_ref: Any = None  # ctypes callbacks llama.cpp holds must stay alive: kept here
+
+GGML_LOG_LEVELS = (0, 1, 2, 3, 4)  # NONE (llama.cpp's plain LLAMA_LOG), DEBUG, INFO, WARN, ERROR
+# and 5, CONT: the continuation of the previous line (progress dots)
+GGML_LOG_ERROR, GGML_LOG_WARN, GGML_LOG_CONT = 4, 3, 5
+
+
+def python_log_level(level: int, verbose: bool) -> int:
+    """The Python level a llama.cpp log line of ggml ``level`` is logged at: errors always as errors;
+    with ``verbose``, warnings and information as such; the rest (and progress dots) at debug."""
+    if level == GGML_LOG_ERROR:
+        return logging.ERROR
+    if verbose and level == GGML_LOG_WARN:
+        return logging.WARNING
+    if verbose and level != GGML_LOG_CONT:
+        return logging.INFO
+    return logging.DEBUG
+
+
+def lowest_logged_level(verbose: bool) -> int:
+    """The lowest ggml level whose lines ``llama_log`` would write (app/logs.py sets its level): lines
+    below it are dropped before they reach Python (native.c)."""
+    return next((level for level in GGML_LOG_LEVELS if llama_log.isEnabledFor(python_log_level(level, verbose))),
+                GGML_LOG_CONT)
 
 
 def install_log_callback(verbose: bool) -> None:
-    """Route llama.cpp's log lines to Python logging (debug level unless ``verbose``)."""
+    """Route llama.cpp's log lines to Python logging (debug level unless ``verbose``). Only the lines
+    that would be logged reach Python, where the C filter was built (native.py): the others would
+    each wait for the GIL while the worker imports its HTTP side beside the model's load."""
     global _log_callback_ref
     if _log_callback_ref is not None:
         return
@@ -28,20 +54,14 @@ def install_log_callback(verbose: bool) -> None:
     @lc.llama_log_callback  # type: ignore[untyped-decorator]
     def callback(level: int, text: bytes, _user: Any) -> None:
         message = text.decode("utf-8", errors="replace").rstrip()
-        if not message:
-            return
-        if level == 4:  # GGML_LOG_LEVEL_ERROR
-            llama_log.error(message)
-        elif level == 3:  # GGML_LOG_LEVEL_WARN
-            llama_log.warning(message) if verbose else llama_log.debug(message)
-        elif verbose and level != 5:  # 5 = continuation of the previous line (progress dots)
-            llama_log.info(message)
-        else:
-            llama_log.debug(message)
+        if message:
+            llama_log.log(python_log_level(level, verbose), message)
 
     _log_callback_ref = callback
-    lc.llama_log_set(callback, ctypes.c_void_p(0))
-    mt.mtmd_helper_log_set(callback, ctypes.c_void_p(0))  # libmtmd (the projector) logs the same way
+    filtered = filtered_log_callback(callback, lowest_logged_level(verbose))
+    installed = callback if filtered is None else ctypes.cast(filtered, lc.llama_log_callback)
+    lc.llama_log_set(installed, ctypes.c_void_p(0))
+    mt.mtmd_helper_log_set(installed, ctypes.c_void_p(0))  # libmtmd (the projector) logs the same way
 
 
 GGML_DEVICE_CPU = 0  # GGML_BACKEND_DEVICE_TYPE_CPU
