@@ -4,6 +4,7 @@ lines Python would log, and the token scan finds what a per-token ctypes loop fi
 from __future__ import annotations
 
 import ctypes
+import importlib.machinery
 import logging
 from collections.abc import Iterator
 from pathlib import Path
@@ -12,8 +13,10 @@ from typing import Any
 import pytest
 
 from app.engine.llama import native
+from app.engine.llama import vocab as vocab_module
 from app.engine.llama.bindings import lc
 from app.engine.llama.ggml import GGML_LOG_CONT, GGML_LOG_LEVELS, llama_log, lowest_logged_level, python_log_level
+from app.engine.llama.vocab import LlamaVocabulary
 from app.model_files import embedded_model_path
 
 NONE, DEBUG, INFO, WARN, ERROR = GGML_LOG_LEVELS
@@ -29,6 +32,17 @@ def test_the_install_built_the_library() -> None:
 def test_no_library_in_a_directory_without_one(tmp_path: Path) -> None:
     (tmp_path / "native.c").write_text("")
     assert native.library_path(tmp_path) is None
+    assert native.load_library(None) is None
+
+
+def test_a_library_that_does_not_load_is_none_not_a_failed_start(tmp_path: Path,
+                                                                  caplog: pytest.LogCaptureFixture) -> None:
+    """A file of the right name that is no library for this machine: the server runs without it."""
+    (tmp_path / f"{native.LIBRARY_STEM}{importlib.machinery.EXTENSION_SUFFIXES[0]}").write_bytes(b"not ELF")
+    path = native.library_path(tmp_path)
+    assert path is not None
+    assert native.load_library(path) is None
+    assert "run in Python" in caplog.text
 
 
 @pytest.fixture
@@ -109,16 +123,29 @@ def test_the_token_scan_returns_every_match_past_its_first_buffer() -> None:
     assert native.tokens_where(predicate_type(lambda _vocab, _token: False), None, 50) == ()
 
 
-def test_the_scan_finds_the_models_end_of_generation_tokens() -> None:
+@pytest.fixture(scope="module")
+def vocab_only_model() -> Iterator[Any]:
+    """The embedded model, its vocabulary only (no weights): fast to load."""
     params = lc.llama_model_default_params()
     params.vocab_only = True
     model = lc.llama_model_load_from_file(str(embedded_model_path()).encode(), params)
     assert model
-    try:
-        vocab = lc.llama_model_get_vocab(model)
-        n_tokens = lc.llama_vocab_n_tokens(vocab)
-        expected = tuple(token for token in range(n_tokens) if lc.llama_vocab_is_eog(vocab, token))
-        assert expected  # the model has some (SmolLM2: <|endoftext|>, <|im_end|>, ...)
-        assert native.tokens_where(lc.llama_vocab_is_eog, vocab, n_tokens) == expected
-    finally:
-        lc.llama_model_free(model)
+    yield model
+    lc.llama_model_free(model)
+
+
+def test_the_scan_finds_the_models_end_of_generation_tokens(vocab_only_model: Any) -> None:
+    vocab = lc.llama_model_get_vocab(vocab_only_model)
+    n_tokens = lc.llama_vocab_n_tokens(vocab)
+    expected = tuple(token for token in range(n_tokens) if lc.llama_vocab_is_eog(vocab, token))
+    assert expected  # the model has some (SmolLM2: <|endoftext|>, <|im_end|>, ...)
+    assert native.tokens_where(lc.llama_vocab_is_eog, vocab, n_tokens) == expected
+
+
+def test_the_vocabulary_finds_the_same_tokens_without_the_library(vocab_only_model: Any,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    vocab = lc.llama_model_get_vocab(vocab_only_model)
+    with_library = LlamaVocabulary(vocab_only_model, vocab).eog_tokens()
+    monkeypatch.setattr(vocab_module, "tokens_where", lambda *_args: None)  # as where native.c was not built
+    assert LlamaVocabulary(vocab_only_model, vocab).eog_tokens() == with_library
+    assert with_library

@@ -28,12 +28,21 @@ def library_path(directory: Path = Path(__file__).parent) -> Path | None:
 @functools.cache
 def native_library() -> Any:
     """The loaded library (a ctypes.CDLL with its functions typed), or None where it was not built."""
-    path = library_path()
+    return load_library(library_path())
+
+
+def load_library(path: Path | None) -> Any:
+    """The library at ``path``, its functions typed; None (and why, logged) where there is none or it
+    does not load (built for another machine, say)."""
     if path is None:
         log.info("llama.cpp's log lines and vocabulary scans run in Python: the C helpers (native.c) "
                  "were not built (no C compiler at install time?)")
         return None
-    library = ctypes.CDLL(str(path))
+    try:
+        library = ctypes.CDLL(str(path))
+    except OSError as exc:
+        log.warning("llama.cpp's log lines and vocabulary scans run in Python: %s", exc)
+        return None
     library.vl_log_forward.argtypes = [ctypes.c_void_p, ctypes.c_int]
     library.vl_log_forward.restype = None
     library.vl_tokens_where.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int32,
