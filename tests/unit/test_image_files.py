@@ -113,3 +113,18 @@ def test_upload_matches_the_image() -> None:
     assert [port.container_port for port in spec.ports] == [int(instructions("EXPOSE")[0])]
     assert spec.predict_route == "/predict" and spec.health_route == "/health"
     assert list(spec.startup_probe.exec_.command) == ["python", "-m", "gcp.probe"]
+
+
+def test_the_build_context_leaves_out_what_a_checkout_built_for_its_own_machine() -> None:
+    """An editable install compiles app/engine/llama/native.c beside its source, for this machine;
+    the image compiles its own (pip install . in the build stage), so the copy must stay out, as must
+    the virtualenv and byte code. Nothing the Dockerfile copies is left out."""
+    patterns = [line.strip() for line in (ROOT / ".dockerignore").read_text().splitlines()
+                if line.strip() and not line.startswith("#")]
+    assert {"**/*.so", ".venv", "**/__pycache__"} <= set(patterns)
+    copied = [source for line in instructions("COPY") if not line.startswith("--from")
+              for source in line.split()[:-1]]
+    assert "app" in copied and "gcp" in copied
+    for source in copied:
+        assert not any(Path(source).match(pattern) or source.startswith(pattern.rstrip("/") + "/")
+                       or source == pattern for pattern in patterns), source
