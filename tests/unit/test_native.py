@@ -80,38 +80,39 @@ def test_the_log_filter_passes_only_lines_at_or_above_its_level(
     assert seen == every
 
 
+@pytest.fixture
+def log_levels() -> Iterator[None]:
+    """The llama.cpp logger's and the root logger's levels, put back after the test."""
+    saved = llama_log.level, logging.getLogger().level
+    yield
+    llama_log.setLevel(saved[0])
+    logging.getLogger().setLevel(saved[1])
+
+
+@pytest.mark.usefixtures("log_levels")
 @pytest.mark.parametrize("verbose", [False, True])
 @pytest.mark.parametrize(("logger_level", "root_level"), [(logging.WARNING, logging.INFO),
                                                           (logging.NOTSET, logging.DEBUG),
                                                           (logging.NOTSET, logging.INFO)])
 def test_the_filter_level_is_the_lowest_python_would_log(verbose: bool, logger_level: int, root_level: int) -> None:
     """Every line below the level chosen would have been dropped by Python anyway."""
-    saved = llama_log.level, logging.getLogger().level
-    try:
-        llama_log.setLevel(logger_level)
-        logging.getLogger().setLevel(root_level)
-        lowest = lowest_logged_level(verbose)
-        assert all(not llama_log.isEnabledFor(python_log_level(level, verbose))
-                   for level in GGML_LOG_LEVELS if level < lowest)
-        assert lowest == GGML_LOG_CONT or llama_log.isEnabledFor(python_log_level(lowest, verbose))
-    finally:
-        llama_log.setLevel(saved[0])
-        logging.getLogger().setLevel(saved[1])
+    llama_log.setLevel(logger_level)
+    logging.getLogger().setLevel(root_level)
+    lowest = lowest_logged_level(verbose)
+    assert all(not llama_log.isEnabledFor(python_log_level(level, verbose))
+               for level in GGML_LOG_LEVELS if level < lowest)
+    assert lowest == GGML_LOG_CONT or llama_log.isEnabledFor(python_log_level(lowest, verbose))
 
 
+@pytest.mark.usefixtures("log_levels")
 def test_the_filter_levels_of_the_servers_log_settings() -> None:
     """app/logs.py sets the llama.cpp logger to WARNING unless -v: then errors only (and warnings
     with verbose); -v (NOTSET under a DEBUG root): every line, llama.cpp's plain LLAMA_LOG included."""
-    saved = llama_log.level, logging.getLogger().level
-    try:
-        llama_log.setLevel(logging.WARNING)
-        assert (lowest_logged_level(False), lowest_logged_level(True)) == (ERROR, WARN)
-        llama_log.setLevel(logging.NOTSET)
-        logging.getLogger().setLevel(logging.DEBUG)
-        assert (lowest_logged_level(False), lowest_logged_level(True)) == (NONE, NONE)
-    finally:
-        llama_log.setLevel(saved[0])
-        logging.getLogger().setLevel(saved[1])
+    llama_log.setLevel(logging.WARNING)
+    assert (lowest_logged_level(False), lowest_logged_level(True)) == (ERROR, WARN)
+    llama_log.setLevel(logging.NOTSET)
+    logging.getLogger().setLevel(logging.DEBUG)
+    assert (lowest_logged_level(False), lowest_logged_level(True)) == (NONE, NONE)
 
 
 predicate_type = ctypes.CFUNCTYPE(ctypes.c_bool, ctypes.c_void_p, ctypes.c_int32)

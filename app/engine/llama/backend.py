@@ -314,7 +314,7 @@ class LlamaBackend:
         return draft
 
     def top_token(self, batch_index: int) -> tuple[int, float]:
-        from app.engine.llama.logits import greedy_token  # numpy: imported by the worker beside the load
+        from app.engine.llama.logits import greedy_token  # numpy: imported by the worker once ready
 
         return greedy_token(self._ctx, batch_index, self.vocab.n_vocab)
 

@@ -2,8 +2,8 @@
 their probabilities, the greedy token and its probability (a draft's pick).
 
 The only module of the backend that imports numpy (0.05-0.1 s): the sampler and the backend import it
-when a request first asks for probabilities or a draft, and the worker imports it while the model
-loads (app/wiring.py), so the model's load does not wait for it.
+when a request first asks for probabilities or a draft, and the worker imports it on a thread of its
+own once the model is ready (app/wiring.py), so neither the load nor the HTTP side waits for it.
 """
 
 from __future__ import annotations

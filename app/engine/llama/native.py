@@ -21,8 +21,8 @@ LIBRARY_STEM = "_native"  # the extension's name in pyproject.toml: app.engine.l
 
 def library_path(directory: Path = Path(__file__).parent) -> Path | None:
     """The built library beside this file (``_native.cpython-311-x86_64-linux-gnu.so``, say)."""
-    return next((directory / f"{LIBRARY_STEM}{suffix}" for suffix in importlib.machinery.EXTENSION_SUFFIXES
-                 if (directory / f"{LIBRARY_STEM}{suffix}").is_file()), None)
+    candidates = (directory / f"{LIBRARY_STEM}{suffix}" for suffix in importlib.machinery.EXTENSION_SUFFIXES)
+    return next((path for path in candidates if path.is_file()), None)
 
 
 @functools.cache

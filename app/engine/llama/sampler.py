@@ -25,7 +25,7 @@ class LlamaSampler:
     def sample(self, batch_index: int) -> Sampled:
         if self._n_probs <= 0:
             return Sampled(int(lc.llama_sampler_sample(self._chain, self._ctx, batch_index)))
-        from app.engine.llama import logits  # numpy: imported by the worker beside the model's load
+        from app.engine.llama import logits  # numpy: imported by the worker once ready
 
         row = logits.logits_row(self._ctx, batch_index, self._n_vocab)
         if not self._post_sampling:
