@@ -11,6 +11,7 @@ import signal
 import socket
 import ssl
 import tempfile
+import threading
 from concurrent import futures
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
@@ -174,6 +175,20 @@ def health_paths(application: Application) -> frozenset[bytes]:
                      if route.name == "get_health")
 
 
+def set_up_llama_cpp_early(verbose: bool) -> None:
+    """The worker's first step, on a thread of its own: llama.cpp's process set-up (its log bridge, and
+    ggml's scan of its CPU variants: they are loaded and scored, 30 ms outside the GIL) runs while
+    the worker's main thread imports the engine, instead of after it on the engine thread. Where it
+    fails, the engine thread's own call (``LlamaBackend``) fails the same way and reports it: here it
+    is only logged at debug level."""
+    try:
+        from app.engine.llama.ggml import set_up_llama_cpp
+
+        set_up_llama_cpp(verbose)
+    except Exception as exc:  # the engine thread's call reports it
+        log.debug("llama.cpp's early set-up: %s (the model's load tries again)", exc)
+
+
 class ContainerServer(BaseApplication):  # type: ignore[misc]
     def __init__(
         self, settings: Settings, model_path: str, vertex: VertexEnvironment | None, options: dict[str, Any],
@@ -205,6 +220,8 @@ class ContainerServer(BaseApplication):  # type: ignore[misc]
         self.cfg.set("on_exit", self._on_exit)
 
     def load(self) -> Any:
+        threading.Thread(target=set_up_llama_cpp_early, args=(self._settings.debug_logs,), name="llama-set-up",
+                         daemon=True).start()
         from app.engine.llama import LlamaBackend
         from app.fault_injection import with_crash
         from app.wiring import build_application

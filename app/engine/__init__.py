@@ -4,7 +4,9 @@ Rule: no Flask, no werkzeug, no request or response JSON. HTTP threads call ``En
 read the job's events; only ``app.engine.llama`` imports ``llama_cpp``.
 """
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from app.engine.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from app.engine.backend import Backend, BatchToken, ModelInfo, Sampler, Vocabulary
@@ -73,14 +75,9 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    """Each name from its module on first use: the server's master process reads its settings (which
-    name engine types) without importing the scheduler; the worker imports the rest while its model loads."""
-    if name in _LAZY:
-        import importlib
-
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'app.engine' has no attribute {name!r}")
+# the server's master process reads its settings (which name engine types) without importing the
+# scheduler; the worker imports the rest while its model loads
+__getattr__ = lazy_exports(__name__, _LAZY)
 
 __all__ = [
     "RANDOM_SEED",

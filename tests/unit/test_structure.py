@@ -47,11 +47,11 @@ def test_the_bindings_load_without_llama_cpp_python_s_high_level_package() -> No
     import subprocess
     import sys
 
-    probe = ("import sys, app.engine.llama as backend; "
+    probe = ("import sys, app.engine.llama.backend; "
              "print(sorted(m for m in ('llama_cpp.llama', 'numpy', 'jinja2') if m in sys.modules)); "
-             "import llama_cpp; from app.engine.llama.bindings import bindings_version; "
-             "print(llama_cpp.Llama.__name__, llama_cpp.__version__ == bindings_version(), "
-             "llama_cpp.llama_decode is backend.bindings.lc.llama_decode)")
+             "import llama_cpp; from app.engine.llama import bindings; "
+             "print(llama_cpp.Llama.__name__, llama_cpp.__version__ == bindings.bindings_version(), "
+             "llama_cpp.llama_decode is bindings.lc.llama_decode)")
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert result.stdout.split("\n")[:2] == ["[]", "Llama True True"], result.stdout + result.stderr
 

@@ -9,10 +9,30 @@
     media.py     the multimodal projector (libmtmd)
     ggml.py      llama.cpp's log bridge; ggml's loadable backends
     native.py    the C helpers of native.c (a log filter, a vocabulary scan), where the install built them
+
+The names below are imported on first use: the worker imports ``ggml`` on a thread of its own to set
+up llama.cpp (its backends) while its main thread imports the engine (app/gunicorn_server.py).
 """
 
-from app.engine.llama.backend import FitConfig, LlamaBackend, LlamaConfig, LoadConfig, RopeConfig
-from app.engine.llama.ggml import load_ggml_backends, loaded_cpu_variant
+from typing import TYPE_CHECKING
 
-__all__ = ["FitConfig", "LlamaBackend", "LlamaConfig", "LoadConfig", "RopeConfig", "load_ggml_backends",
-           "loaded_cpu_variant"]
+from app.engine.lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from app.engine.llama.backend import FitConfig, LlamaBackend, LlamaConfig, LoadConfig, RopeConfig
+    from app.engine.llama.ggml import loaded_cpu_variant, set_up_llama_cpp
+
+_LAZY = {
+    "FitConfig": "app.engine.llama.backend",
+    "LlamaBackend": "app.engine.llama.backend",
+    "LlamaConfig": "app.engine.llama.backend",
+    "LoadConfig": "app.engine.llama.backend",
+    "RopeConfig": "app.engine.llama.backend",
+    "loaded_cpu_variant": "app.engine.llama.ggml",
+    "set_up_llama_cpp": "app.engine.llama.ggml",
+}
+
+__getattr__ = lazy_exports(__name__, _LAZY)
+
+__all__ = ["FitConfig", "LlamaBackend", "LlamaConfig", "LoadConfig", "RopeConfig", "loaded_cpu_variant",
+           "set_up_llama_cpp"]

@@ -19,7 +19,7 @@ from app.engine.backend import BatchEntry, BatchMedia, BatchToken, ModelInfo, Se
 from app.engine.errors import DecodeError, MediaError, ModelLoadError, UnsupportedError
 from app.engine.llama.bindings import bindings_version, lc
 from app.engine.llama.embedder import POOLING_NAMES, LlamaEmbedder
-from app.engine.llama.ggml import gpu_free_bytes, install_log_callback, load_ggml_backends
+from app.engine.llama.ggml import gpu_free_bytes, set_up_llama_cpp
 from app.engine.llama.media import LlamaMedia
 from app.engine.llama.sampler import LlamaSampler, new_sampler
 from app.engine.llama.vocab import LlamaVocabulary, model_meta
@@ -222,9 +222,7 @@ class LlamaBackend:
     """A loaded model and its context. Used by the engine thread only (the vocabulary aside)."""
 
     def __init__(self, config: LlamaConfig) -> None:
-        install_log_callback(config.verbose)
-        load_ggml_backends()
-        lc.llama_backend_init()
+        set_up_llama_cpp(config.verbose)
         if config.loading.numa is not None:
             lc.llama_numa_init(_NUMA[config.loading.numa])
         n_ctx, n_gpu_layers = config.n_ctx, config.n_gpu_layers

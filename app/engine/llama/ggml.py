@@ -6,6 +6,7 @@ from __future__ import annotations
 import ctypes
 import logging
 import re
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -81,10 +82,17 @@ def _mapped_files() -> list[str]:
     return [parts[5] for parts in fields if len(parts) == 6]
 
 
+_ggml: ctypes.CDLL | None = None  # libggml, once found (_open_ggml)
+
+
 def _open_ggml(lib_dir: Path) -> ctypes.CDLL | None:
     """The libggml that libllama was linked against. The wheel holds libggml.so and libggml.so.0
     as two copies, and opening the other one would load a second ggml with a registry of its own,
-    so the file already mapped is the one opened (the same path gives the same handle)."""
+    so the file already mapped is the one opened (the same path gives the same handle). Found once:
+    reading the process's mappings takes milliseconds, just before the model's load."""
+    global _ggml
+    if _ggml is not None:
+        return _ggml
     mapped = [path for path in _mapped_files() if re.fullmatch(r"libggml\.so(\.\d+)*", Path(path).name)]
     candidates = [Path(path) for path in mapped] + [lib_dir / "libggml.dylib"]
     for path in candidates:
@@ -94,6 +102,14 @@ def _open_ggml(lib_dir: Path) -> ctypes.CDLL | None:
             ggml.ggml_backend_load_all_from_path.argtypes = [ctypes.c_char_p]
             ggml.ggml_backend_dev_by_type.argtypes = [ctypes.c_int]
             ggml.ggml_backend_dev_by_type.restype = ctypes.c_void_p
+            ggml.ggml_backend_dev_count.restype = ctypes.c_size_t
+            ggml.ggml_backend_dev_get.argtypes = [ctypes.c_size_t]
+            ggml.ggml_backend_dev_get.restype = ctypes.c_void_p
+            ggml.ggml_backend_dev_type.argtypes = [ctypes.c_void_p]
+            ggml.ggml_backend_dev_type.restype = ctypes.c_int
+            ggml.ggml_backend_dev_memory.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_size_t),
+                                                     ctypes.POINTER(ctypes.c_size_t)]
+            _ggml = ggml
             return ggml
     return None
 
@@ -117,6 +133,27 @@ def load_ggml_backends() -> None:
              lc.llama_print_system_info().decode(errors="replace").strip())
 
 
+_set_up_lock = threading.Lock()
+_set_up = False
+
+
+def set_up_llama_cpp(verbose: bool) -> None:
+    """llama.cpp's process-wide set-up, done once: the log bridge, ggml's backends, the backend's init.
+
+    The worker starts it on a thread of its own before it imports the engine (app/gunicorn_server.py),
+    so that ggml's scan of its CPU variants (dlopen and score each: 30 ms) runs beside those imports;
+    each ``LlamaBackend`` calls it too, and waits here for a set-up under way. One that failed is not
+    marked done: the next call tries again and raises, on the engine thread, where a load reports it."""
+    global _set_up
+    with _set_up_lock:
+        if _set_up:
+            return
+        install_log_callback(verbose)
+        load_ggml_backends()
+        lc.llama_backend_init()
+        _set_up = True
+
+
 def loaded_cpu_variant() -> str | None:
     """The CPU variant library ggml kept (``libggml-cpu-zen4.so``, say), read from the process's
     mappings; None where that cannot be read or the backend is built in."""
@@ -132,13 +169,6 @@ def gpu_free_bytes() -> list[int]:
     ggml = _open_ggml(_lib_dir())
     if ggml is None:
         return []
-    ggml.ggml_backend_dev_count.restype = ctypes.c_size_t
-    ggml.ggml_backend_dev_get.argtypes = [ctypes.c_size_t]
-    ggml.ggml_backend_dev_get.restype = ctypes.c_void_p
-    ggml.ggml_backend_dev_type.argtypes = [ctypes.c_void_p]
-    ggml.ggml_backend_dev_type.restype = ctypes.c_int
-    ggml.ggml_backend_dev_memory.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_size_t),
-                                             ctypes.POINTER(ctypes.c_size_t)]
     free: list[int] = []
     for index in range(ggml.ggml_backend_dev_count()):
         device = ggml.ggml_backend_dev_get(index)
