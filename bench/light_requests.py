@@ -7,7 +7,9 @@ Each client is a process of its own that sends one request after another over on
 connection with raw sockets (a client built on ``requests`` spends more CPU per request than
 either server and measures itself). The row is requests/s of all clients together. llama-server is
 C++ (cpp-httplib, a thread per connection); this server answers in Python (gunicorn's gthread
-worker, Flask), so its ceiling is what the interpreter does per request. Not a test.
+worker, Flask), so its ceiling is what the interpreter does per request: three more servers measure
+that ceiling (bench/python_ceiling.py: Flask on the same gunicorn, the bare gunicorn, and a one-thread
+asyncio server, each answering with fixed bodies and no application). Not a test.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import multiprocessing
 import socket
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -115,6 +118,8 @@ def light_rps(port: int, request: LightRequest, clients: int = 4, requests_each:
 
 
 def main() -> None:
+    from app.settings import parse_settings
+    from bench.python_ceiling import gunicorn_command
     from bench.report import free_port, peer_command, running
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -125,23 +130,41 @@ def main() -> None:
     model = str(embedded_model_path())
     clients = tuple(int(n) for n in args.clients.split(","))
     flags = ["-np", "16", "-c", "16384", "-t", str(args.threads)]
+    http_threads = parse_settings(flags, {}).http_threads
+
+    def ours(port: int) -> tuple[list[str], Path]:
+        return [sys.executable, "-m", "app", "-m", model, "--port", str(port), *flags], ROOT
+
+    def llama_server(port: int) -> tuple[list[str], Path]:
+        return peer_command("llama-server", model, port, args.threads, context="16384", slots="16")
+
+    servers: dict[str, Callable[[int], tuple[list[str], Path]]] = {
+        "ours": ours,
+        "llama-server": llama_server,
+        # the Python ceiling (bench/python_ceiling.py): fixed answers, no application
+        "flask": lambda port: (gunicorn_command("make_flask_app()", port, http_threads), ROOT),
+        "gunicorn": lambda port: (gunicorn_command("wsgi_app", port, http_threads), ROOT),
+        "asyncio": lambda port: ([sys.executable, "-m", "bench.python_ceiling", "asyncio", "--port", str(port)], ROOT),
+    }
     results: dict[str, dict[tuple[str, int], float]] = {}
-    port = free_port()
-    with running([sys.executable, "-m", "app", "-m", model, "--port", str(port), *flags], port, "/health", {}):
-        results["ours"] = {(name, n): light_rps(port, request, n, args.requests)
-                           for name, request in LLAMA_SERVER_LIGHT.items() for n in clients}
-    port = free_port()
-    command, cwd = peer_command("llama-server", model, port, args.threads, context="16384", slots="16")
-    with running(command, port, "/health", {}, cwd=cwd):
-        results["llama-server"] = {(name, n): light_rps(port, request, n, args.requests)
-                                   for name, request in LLAMA_SERVER_LIGHT.items() for n in clients}
+    for label, command_for in servers.items():  # one server at a time
+        port = free_port()
+        command, cwd = command_for(port)
+        with running(command, port, "/health", {}, cwd=cwd):
+            results[label] = {(name, n): light_rps(port, request, n, args.requests)
+                              for name, request in LLAMA_SERVER_LIGHT.items() for n in clients}
     print(f"light requests, requests/s ({args.requests} a client, raw keep-alive clients, one process each)")
-    print("| request | clients | ours | llama-server | ours/llama-server |")
-    print("|---|---|---|---|---|")
+    print("(flask, gunicorn, asyncio: Python servers with fixed answers and no application, bench/python_ceiling.py)")
+    print("| request | clients | ours | flask | gunicorn | asyncio | llama-server | ours/llama-server "
+          "| gunicorn/llama-server | asyncio/llama-server |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for name in LLAMA_SERVER_LIGHT:
         for n in clients:
-            mine, theirs = results["ours"][(name, n)], results["llama-server"][(name, n)]
-            print(f"| {name} | {n} | {mine:.0f} | {theirs:.0f} | {mine / theirs:.2f} |")
+            row = {label: results[label][(name, n)] for label in servers}
+            peer = row["llama-server"]
+            print(f"| {name} | {n} | {row['ours']:.0f} | {row['flask']:.0f} | {row['gunicorn']:.0f} "
+                  f"| {row['asyncio']:.0f} | {peer:.0f} | {row['ours'] / peer:.2f} | {row['gunicorn'] / peer:.2f} "
+                  f"| {row['asyncio'] / peer:.2f} |")
 
 
 if __name__ == "__main__":
