@@ -29,6 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from app.model_files import embedded_model_path  # noqa: E402
+from bench.python_ceiling import content_length, gunicorn_command  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -75,9 +76,7 @@ class Connection:
         while True:
             end = self._buffer.find(b"\r\n\r\n")
             if end >= 0:
-                head = self._buffer[:end].lower()
-                at = head.find(b"content-length:")
-                length = int(head[at + 15:].split(b"\r\n")[0]) if at >= 0 else 0
+                length = content_length(self._buffer[:end])
                 if len(self._buffer) >= end + 4 + length:
                     if not self._buffer.startswith(b"HTTP/1.1 200"):
                         raise RuntimeError(self._buffer[:200].decode(errors="replace"))
@@ -119,7 +118,6 @@ def light_rps(port: int, request: LightRequest, clients: int = 4, requests_each:
 
 def main() -> None:
     from app.settings import parse_settings
-    from bench.python_ceiling import gunicorn_command
     from bench.report import free_port, peer_command, running
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)

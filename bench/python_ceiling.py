@@ -42,12 +42,25 @@ def answer(path: str, body: bytes) -> dict[str, Any] | None:
     return None
 
 
+def response(path: str, body: bytes) -> tuple[str, bytes]:
+    """The status and the JSON payload that answer one request."""
+    reply = answer(path, body)
+    if reply is None:
+        return "404 Not Found", json.dumps({"error": "not found"}).encode()
+    return "200 OK", json.dumps(reply).encode()
+
+
+def content_length(head: bytes) -> int:
+    """The Content-Length of a message whose header block is ``head`` (0 without one)."""
+    at = head.lower().find(b"content-length:")
+    return int(head[at + 15:].split(b"\r\n")[0]) if at >= 0 else 0
+
+
 def wsgi_app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
     length = int(environ.get("CONTENT_LENGTH") or 0)
     body = environ["wsgi.input"].read(length) if length else b""
-    reply = answer(environ["PATH_INFO"], body)
-    payload = json.dumps(reply if reply is not None else {"error": "not found"}).encode()
-    start_response("200 OK" if reply is not None else "404 Not Found",
+    status, payload = response(environ["PATH_INFO"], body)
+    start_response(status,
                    [("Content-Type", "application/json"), ("Content-Length", str(len(payload)))])
     return [payload]
 
@@ -100,18 +113,14 @@ class LightProtocol(asyncio.Protocol):
             if end < 0:
                 return
             head = self.buffer[:end]
-            at = head.lower().find(b"content-length:")
-            length = int(head[at + 15:].split(b"\r\n")[0]) if at >= 0 else 0
+            length = content_length(head)
             if len(self.buffer) < end + 4 + length:
                 return
             body = self.buffer[end + 4:end + 4 + length]
             self.buffer = self.buffer[end + 4 + length:]
-            path = head.split(b" ", 2)[1].decode()
-            reply = answer(path, body)
-            payload = json.dumps(reply if reply is not None else {"error": "not found"}).encode()
-            status = b"200 OK" if reply is not None else b"404 Not Found"
-            self.transport.write(b"HTTP/1.1 " + status + b"\r\nContent-Type: application/json\r\nContent-Length: "
-                                 + str(len(payload)).encode() + b"\r\n\r\n" + payload)
+            status, payload = response(head.split(b" ", 2)[1].decode(), body)
+            self.transport.write(b"HTTP/1.1 " + status.encode() + b"\r\nContent-Type: application/json\r\n"
+                                 b"Content-Length: " + str(len(payload)).encode() + b"\r\n\r\n" + payload)
 
 
 async def serve_asyncio(port: int) -> None:
