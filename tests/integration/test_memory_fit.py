@@ -1,4 +1,4 @@
-"""--fit on the real model: with --fit-target leaving room for only part of the model's context
+"""--fit on the real model: with --fit-target leaving room for about half of the model's context
 (8192 tokens of KV, about 180 MiB), -c 0 takes less, logged; --fit off, or a given -c, keeps it."""
 
 from __future__ import annotations
@@ -11,8 +11,11 @@ from app.host_memory import available_memory_bytes
 from tests.integration.conftest import start
 
 MIB = 1 << 20
-# the embedded model's weights and its compute buffers at -ub 64, then about 1300 tokens of KV
-NEEDED_MIB = 97 + 78 + 30
+# the embedded model's weights and its compute buffers at -ub 64, then room for about 4000 tokens of
+# KV (22.5 KiB a token) less what the server's own processes take before they read the free memory:
+# mid-way between --fit-ctx (512) and the model's 8192, so a machine whose free memory moves by tens
+# of MiB between the test's reading and the server's still lands inside
+NEEDED_MIB = 97 + 78 + 100
 
 
 def slot_context(server_dir: Path, args: list[str]) -> tuple[int, str]:
@@ -35,5 +38,5 @@ def test_the_context_shrinks_to_the_room_fit_target_leaves(server_dir: Path) -> 
 
 def test_fit_off_and_a_given_context_keep_it(server_dir: Path) -> None:
     assert slot_context(server_dir, ["--fit", "off"])[0] == 8192
-    n_ctx, log = slot_context(server_dir, ["-c", "6144"])
-    assert n_ctx == 6144 and "may not fit" in log
+    n_ctx, log = slot_context(server_dir, ["-c", "7936"])  # 174 MiB of KV: well past the room
+    assert n_ctx == 7936 and "may not fit" in log
