@@ -1,5 +1,10 @@
-"""The memory this process may still use: the cgroup's limit less its usage (a container), else the
-kernel's MemAvailable. Read once at start-up (the prompt cache's default size)."""
+"""The memory this process may still use: the cgroup's limit less its working set (a container), else
+the kernel's MemAvailable. Read once at start-up (``--fit`` and the prompt cache's default size).
+
+A cgroup's usage counts the page cache of every file its processes read or wrote: a model just
+downloaded from Cloud Storage, or read once, can fill it up to the limit. The kernel reclaims the
+inactive part of that cache before it fails an allocation, so, like the kubelet's and ``docker
+stats``' working set, the room is the limit less the usage less the inactive file cache."""
 
 from __future__ import annotations
 
@@ -10,16 +15,28 @@ from app.cgroup import CGROUP, read_file
 MEMINFO = Path("/proc/meminfo")
 
 
+def _stat_value(stat: str | None, key: str) -> int:
+    """One counter of a ``memory.stat`` file ("key value" lines); 0 where it is missing."""
+    for line in (stat or "").splitlines():
+        name, _, value = line.partition(" ")
+        if name == key and value.strip().isdigit():
+            return int(value)
+    return 0
+
+
 def _cgroup_room(root: Path) -> int | None:
     limit, used = read_file(root / "memory.max"), read_file(root / "memory.current")  # cgroup v2
+    inactive_file = _stat_value(read_file(root / "memory.stat"), "inactive_file")
     if limit is None or used is None:
         v1 = root / "memory"
         limit, used = read_file(v1 / "memory.limit_in_bytes"), read_file(v1 / "memory.usage_in_bytes")
+        inactive_file = _stat_value(read_file(v1 / "memory.stat"), "total_inactive_file")
     if limit is None or used is None or not limit.isdigit() or not used.isdigit():
         return None
     if int(limit) >= 1 << 60:  # v1's "no limit"
         return None
-    return max(0, int(limit) - int(used))
+    working_set = max(0, int(used) - inactive_file)
+    return max(0, int(limit) - working_set)
 
 
 def _meminfo_available(meminfo: Path) -> int | None:

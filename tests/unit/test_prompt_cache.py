@@ -122,6 +122,28 @@ def test_available_memory_from_the_cgroup_or_meminfo(tmp_path: Path) -> None:
     assert available_memory_bytes(tmp_path / "none", tmp_path / "none") is None
 
 
+def test_the_cgroup_room_leaves_out_the_inactive_file_cache(tmp_path: Path) -> None:
+    """A model read or downloaded fills the container's page cache, which the kernel reclaims before it
+    fails an allocation: the room is the limit less the working set (usage less inactive_file)."""
+    meminfo = tmp_path / "meminfo"
+    meminfo.write_text("MemAvailable:   20000000 kB\n")
+    v2 = tmp_path / "v2"
+    v2.mkdir()
+    (v2 / "memory.max").write_text("8589934592\n")  # 8 GiB, 7 GiB of it used, 5 GiB of that cache
+    (v2 / "memory.current").write_text(f"{7 << 30}\n")
+    (v2 / "memory.stat").write_text(f"anon {2 << 30}\nfile {5 << 30}\nactive_file {1 << 30}\n"
+                                    f"inactive_file {4 << 30}\n")
+    assert available_memory_bytes(v2, meminfo) == 5 << 30  # 8 - (7 - 4)
+    v1 = tmp_path / "v1" / "memory"
+    v1.mkdir(parents=True)
+    (v1 / "memory.limit_in_bytes").write_text(f"{8 << 30}\n")
+    (v1 / "memory.usage_in_bytes").write_text(f"{7 << 30}\n")
+    (v1 / "memory.stat").write_text(f"inactive_file {1 << 30}\ntotal_inactive_file {3 << 30}\n")
+    assert available_memory_bytes(v1.parent, meminfo) == 4 << 30  # the hierarchy's total counts
+    (v1 / "memory.stat").write_text(f"total_inactive_file {9 << 30}\n")  # a stale read: never past the limit
+    assert available_memory_bytes(v1.parent, meminfo) == 8 << 30
+
+
 def test_an_idle_slot_is_offered_to_the_cache_once_until_its_cells_change(monkeypatch: pytest.MonkeyPatch) -> None:
     """--cache-idle-slots compares an idle slot's cells with every kept prompt: done once per content
     of the cells, not again at every request that starts elsewhere."""
