@@ -15,35 +15,34 @@ from app.cgroup import CGROUP, read_file
 MEMINFO = Path("/proc/meminfo")
 
 
-def _stat_value(stat: str | None, key: str) -> int:
-    """One counter of a ``memory.stat`` file ("key value" lines); 0 where it is missing."""
-    for line in (stat or "").splitlines():
-        name, _, value = line.partition(" ")
-        if name == key and value.strip().isdigit():
-            return int(value)
-    return 0
+def _counter(text: str | None, name: str) -> int | None:
+    """One counter of a kernel file of "name value" lines (``memory.stat``) or "name: value kB" lines
+    (``/proc/meminfo``), in the file's unit; None where it is missing."""
+    for line in (text or "").splitlines():
+        fields = line.split()
+        if len(fields) >= 2 and fields[0].rstrip(":") == name and fields[1].isdigit():
+            return int(fields[1])
+    return None
 
 
 def _cgroup_room(root: Path) -> int | None:
     limit, used = read_file(root / "memory.max"), read_file(root / "memory.current")  # cgroup v2
-    inactive_file = _stat_value(read_file(root / "memory.stat"), "inactive_file")
+    stat, inactive_file = root / "memory.stat", "inactive_file"
     if limit is None or used is None:
         v1 = root / "memory"
         limit, used = read_file(v1 / "memory.limit_in_bytes"), read_file(v1 / "memory.usage_in_bytes")
-        inactive_file = _stat_value(read_file(v1 / "memory.stat"), "total_inactive_file")
+        stat, inactive_file = v1 / "memory.stat", "total_inactive_file"
     if limit is None or used is None or not limit.isdigit() or not used.isdigit():
         return None
     if int(limit) >= 1 << 60:  # v1's "no limit"
         return None
-    working_set = max(0, int(used) - inactive_file)
+    working_set = max(0, int(used) - (_counter(read_file(stat), inactive_file) or 0))
     return max(0, int(limit) - working_set)
 
 
 def _meminfo_available(meminfo: Path) -> int | None:
-    for line in (read_file(meminfo) or "").splitlines():
-        if line.startswith("MemAvailable:"):
-            return int(line.split()[1]) * 1024
-    return None
+    kib = _counter(read_file(meminfo), "MemAvailable")
+    return None if kib is None else kib * 1024
 
 
 def available_memory_bytes(cgroup: Path = CGROUP, meminfo: Path = MEMINFO) -> int | None:
