@@ -33,6 +33,7 @@ from app.engine.errors import (
     OverloadedError,
     QueueFullError,
 )
+from app.engine.grammar_guard import check_grammar
 from app.engine.scheduler import Scheduler, SchedulerOptions
 from app.engine.slot_files import SlotFileResult, erase_slot, restore_slot, save_slot
 from app.engine.slots import ControlJob, EmbedJob, EventSink, Job, Slot
@@ -241,6 +242,7 @@ class Engine:
             raise InvalidJobError(f"Invalid slot ID: id_slot must be below {backend.n_seq}")
         if not 1 <= copies <= backend.n_seq:
             raise InvalidJobError(f"n must be between 1 and the number of slots ({backend.n_seq}), got {copies}")
+        check_grammar(request.sampling.grammar)
         if request.lora is None:
             request = replace(request, lora=self._lora_scales)
         if self._options.deadline_seconds > 0 and request.deadline is None:

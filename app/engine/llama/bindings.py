@@ -47,8 +47,16 @@ def _register_package() -> None:
 _register_package()
 
 import llama_cpp.llama_cpp as lc  # noqa: E402  (the package is registered above)
+import llama_cpp.llama_grammar as llama_grammar  # noqa: E402
 import llama_cpp.mtmd_cpp as mt  # noqa: E402
 from llama_cpp.llama_grammar import json_schema_to_gbnf  # noqa: E402
+
+from app.engine.llama.repetition import counted_repetition  # noqa: E402
+
+# The converter's bounded repetition nests one group per item, which llama.cpp's parser recurses
+# into (a large maxLength crashed the worker): replaced by counted repetition (repetition.py).
+# The converter calls it by its module-global name; tests/unit/test_grammar_limits.py checks the result.
+llama_grammar._build_repetition = counted_repetition
 
 
 def bindings_version() -> str:
