@@ -155,3 +155,4 @@ class Route:
     streams: bool = False  # may answer text/event-stream
     summary: str = ""
     polled: bool = False  # asked for over and over (health checks, model lists): a success is logged at debug
+    form: bool = False  # takes a form (multipart or URL-encoded); every other route reads its body as JSON

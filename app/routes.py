@@ -83,6 +83,7 @@ class RouteSpec:
     streams: bool = False
     requires: Switch | None = None
     polled: bool = False  # what llama-server leaves out of its request log: health, models, props, metrics
+    form: bool = False  # a form upload (multipart, or URL-encoded fields); other routes read JSON whatever the type
 
 
 ROUTES: tuple[RouteSpec, ...] = (
@@ -102,9 +103,9 @@ ROUTES: tuple[RouteSpec, ...] = (
     RouteSpec("POST", "/v1/chat/completions", post_chat_completions, body=ChatBody, streams=True,
               requires=GENERATION),
     RouteSpec("POST", "/v1/audio/transcriptions", post_transcriptions, body=TranscriptionBody, streams=True,
-              requires=GENERATION),
+              requires=GENERATION, form=True),
     RouteSpec("POST", "/audio/transcriptions", post_transcriptions, body=TranscriptionBody, streams=True,
-              requires=GENERATION),
+              requires=GENERATION, form=True),
     RouteSpec("GET", "/v1/stream", get_stream, streams=True),
     RouteSpec("POST", "/v1/streams/lookup", post_streams_lookup, body=LookupBody),
     RouteSpec("DELETE", "/v1/stream", delete_stream),
@@ -148,6 +149,7 @@ def bind_routes(ctx: ServerContext, specs: Iterable[RouteSpec] = ROUTES) -> tupl
 
     return tuple(
         Route(spec.method, spec.path, spec.handler.__name__, bound(spec), spec.public, spec.body, spec.streams,
-              (spec.handler.__doc__ or "").strip().splitlines()[0] if spec.handler.__doc__ else "", spec.polled)
+              (spec.handler.__doc__ or "").strip().splitlines()[0] if spec.handler.__doc__ else "", spec.polled,
+              spec.form)
         for spec in specs
     )

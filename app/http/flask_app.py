@@ -57,7 +57,7 @@ def _view(route: Route, sessions: StreamSessions | None) -> Callable[..., Respon
         client_gone = disconnect_probe(request.environ)
         conversation = request.headers.get(SESSION_HEADER, "") if route.streams and sessions is not None else ""
         session = sessions.create(conversation) if sessions is not None and conversation else None
-        body, files = _body_and_files()
+        body, files = _body_and_files(route.form)
         api_request = ApiRequest(
             method=request.method,
             path=route.path,
@@ -81,10 +81,11 @@ def _view(route: Route, sessions: StreamSessions | None) -> Callable[..., Respon
     return view
 
 
-def _body_and_files() -> tuple[bytes, dict[str, bytes]]:
-    """The request body; a form (multipart, as llama-server takes, or URL-encoded) becomes a JSON
-    object of its text fields (a repeated field becomes a list) and its files."""
-    if request.mimetype not in ("multipart/form-data", "application/x-www-form-urlencoded"):
+def _body_and_files(takes_form: bool) -> tuple[bytes, dict[str, bytes]]:
+    """The request body. As llama-server, a body is JSON whatever its Content-Type (curl's ``-d``
+    labels it a URL-encoded form); only a route that takes a form (``Route.form``) reads one, as a
+    JSON object of its text fields (a repeated field becomes a list) and its files."""
+    if not takes_form or request.mimetype not in ("multipart/form-data", "application/x-www-form-urlencoded"):
         return request.get_data(cache=False), {}
     fields: dict[str, Any] = {}
     for key in request.form:
