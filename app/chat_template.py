@@ -47,12 +47,26 @@ def looks_like_jinja(text: str) -> bool:
     return "{%" in text or "{{" in text
 
 
+def legacy_content(content: Any) -> str:
+    """A message's content as llama.cpp's built-in (non-Jinja) templates take it: one string, the
+    text parts of a list joined by newlines and the other parts left out, as llama-server does."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        texts = [part["text"] for part in content if isinstance(part, dict) and isinstance(part.get("text"), str)]
+        return "\n".join(texts)
+    return str(content)
+
+
 @dataclass(frozen=True)
 class TemplateChoice:
     """Which template to use: Jinja source, or a llama.cpp built-in (``None`` = the model's)."""
 
     jinja_source: str | None
     builtin_name: str | None
+    model_source: str = ""  # the model's own template, which llama.cpp's formatter reads when both are None
 
 
 def choose_template(
@@ -69,7 +83,7 @@ def choose_template(
         return TemplateChoice(None, configured)
     if use_jinja:
         return TemplateChoice(model_template or CHATML, None)
-    return TemplateChoice(None, None if model_template else "chatml")
+    return TemplateChoice(None, None if model_template else "chatml", model_template or "")
 
 
 class ChatTemplate:
@@ -104,6 +118,12 @@ class ChatTemplate:
     def source(self) -> str:
         return self.choice.jinja_source or self.choice.builtin_name or ""
 
+    @property
+    def published(self) -> str:
+        """What /props names as the template, as llama-server: the source, or the built-in name, or
+        (llama.cpp formatting the model's own template) the model's template text."""
+        return self.source or self.choice.model_source
+
     def check(self) -> None:
         """Render a probe conversation, so that a broken template fails at start-up."""
         try:
@@ -119,7 +139,7 @@ class ChatTemplate:
         extra: dict[str, Any] | None = None,
     ) -> str:
         if self._template is None:
-            pairs = [(m["role"], m.get("content") or "") for m in messages]
+            pairs = [(str(m["role"]), legacy_content(m.get("content"))) for m in messages]
             return self._builtin(self.choice.builtin_name, pairs, add_generation_prompt)
         context: dict[str, Any] = dict(extra or {})
         context.update(

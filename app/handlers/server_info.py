@@ -49,7 +49,7 @@ def get_props(ctx: ServerContext, request: ApiRequest) -> ApiReply:
         "endpoint_metrics": settings.metrics,
         "ui": settings.ui_directory is not None,
         "ui_settings": {},
-        "chat_template": template.source,
+        "chat_template": template.published,
         "chat_template_caps": ctx.chat_template_caps,
         "bos_token": info.bos_token,
         "eos_token": info.eos_token,

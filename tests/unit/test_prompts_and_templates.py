@@ -45,7 +45,7 @@ def test_choose_template() -> None:
     assert choose_template(None, None, None, True) == TemplateChoice(CHATML, None)
     assert choose_template("chatml", None, "{{ x }}", True) == TemplateChoice(CHATML, None)
     assert choose_template("llama3", None, "{{ x }}", True) == TemplateChoice(None, "llama3")
-    assert choose_template(None, None, "{{ x }}", False) == TemplateChoice(None, None)
+    assert choose_template(None, None, "{{ x }}", False) == TemplateChoice(None, None, "{{ x }}")
 
 
 def test_jinja_template_renders_messages_and_generation_prompt() -> None:
