@@ -77,6 +77,9 @@ def page(browser: Browser, request: pytest.FixtureRequest) -> Iterator[Page]:
     context = browser.new_context(viewport={"width": 1280, "height": 900})
     opened = context.new_page()
     opened.set_default_timeout(WAIT_MS)
+    # expect() keeps its own timeout (5 s by default): what these tests wait for is an event (an
+    # answer of a capped length ending), never a model being quick, so every wait gets the same bound
+    expect.set_options(timeout=WAIT_MS)
     yield opened
     report = getattr(request.node, "report_call", None)
     if report is not None and report.failed:
@@ -264,7 +267,7 @@ def test_an_attached_image_is_sent_as_an_openai_image_part_and_answered(vision_s
     assert answered.value.status == 200
     expect(page.locator(".message.user img")).to_have_attribute("src", data_uri)
     answer = page.locator(".message.assistant").last
-    expect(answer.locator(".stats")).to_contain_text("tokens/s", timeout=WAIT_MS)  # the answer is complete
+    expect(answer.locator(".stats")).to_contain_text("tokens/s")  # the answer is complete
     expect(page.locator("#send")).to_be_enabled()
     expect(page.locator(".message.assistant .error")).to_have_count(0)
     assert answer.locator(".content").inner_text().strip()
@@ -378,9 +381,12 @@ def test_the_key_prompt(keyed_ui_server: Server, page: Page, console: Console) -
     page.locator("#key-save").click()
     expect(page.locator("body[data-ready=true]")).to_have_count(1)
     expect(page.locator("#tab-vertex")).to_be_hidden()  # no predict route outside Vertex AI mode
+    page.locator("#chat-settings summary").click()
+    page.locator("input[name=max_tokens]").fill("16")  # the answer ends after 16 tokens at most
     with page.expect_request("**/v1/chat/completions") as sent:
         send_chat(page, "Hi")
     assert sent.value.headers["authorization"] == "Bearer ui-secret"
+    assert json.loads(sent.value.post_data or "{}")["max_tokens"] == 16
     expect(page.locator(".message.assistant").last.locator(".stats")).to_contain_text("tokens/s")
     # only the two refused /props requests reached the console
     assert all("401" in error for error in console.errors), console.errors
