@@ -21,7 +21,7 @@ from app.fault_injection import CRASH_VARIABLE, Crash, CrashSpecError, parse_cra
 from app.hub import hub_source
 from app.logs import LogOptions, configure_logging
 from app.model_files import ModelFileError, local_projector, resolve_model_path
-from app.settings import Settings, SettingsError, parse_settings
+from app.settings import OPTIONS, Settings, SettingsError, parse_settings
 from gcp.environment import VertexEnvironment, VertexEnvironmentError, read_vertex_environment
 from gcp.storage import is_gcs_uri
 
@@ -98,6 +98,9 @@ def prepare(argv: Sequence[str], environ: Mapping[str, str]) -> tuple[Settings, 
     except OSError as exc:
         log.error("--api-key-file: %s", exc)
         sys.exit(2)
+    except SettingsError as exc:
+        log.error("%s", exc)
+        sys.exit(2)
     try:  # (that AIP_PREDICT_ROUTE hides no API route is checked by the worker, which imports the routes)
         vertex = read_vertex_environment(environ)
     except VertexEnvironmentError as exc:
@@ -161,7 +164,11 @@ def requested_crash(environ: Mapping[str, str]) -> Crash | None:
 
 
 def public_settings(settings: Settings) -> dict[str, Any]:
-    """The settings for the log: API keys are never written, only how many there are."""
+    """The settings for the log: a secret option (``Option.secret``: API keys, tokens) is never
+    written, only whether it is set (for keys, how many there are)."""
     values = dataclasses.asdict(settings)
-    values["api_keys"] = f"{len(settings.api_keys)} key(s)"
+    for option in OPTIONS:
+        if option.secret and values.get(option.dest):
+            value = values[option.dest]
+            values[option.dest] = f"{len(value)} key(s)" if option.kind == "keys" else "(set, hidden)"
     return values

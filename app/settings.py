@@ -64,6 +64,7 @@ class Option:
     minimum: float | None = None
     metavar: str | tuple[str, ...] | None = None
     env_aliases: tuple[str, ...] = ()  # older names of the environment variable, still read
+    secret: bool = False  # never written to a log (app/cli.py's public_settings); keys of it fail closed
 
 
 def option(flags: tuple[str, ...], kind: Kind, default: Any, help: str, **extra: Any) -> Any:
@@ -88,7 +89,7 @@ class Settings:
         "the GGUF file of the --hf-repo repository (default: chosen by the quant)", env="LLAMA_ARG_HF_FILE",
         metavar="FILE")
     hf_token: str | None = option(("-hft", "--hf-token"), "str", None,
-        "Hugging Face access token (gated or private repositories)", env="HF_TOKEN", metavar="TOKEN")
+        "Hugging Face access token (gated or private repositories)", env="HF_TOKEN", metavar="TOKEN", secret=True)
     offline: bool = option(("--offline",), "bool", False,
         "download nothing: --hf-repo models come from the cache", env="LLAMA_ARG_OFFLINE")
     alias: str | None = option(("-a", "--alias"), "str", None,
@@ -301,7 +302,7 @@ class Settings:
     tags: tuple[str, ...] = option(("--tags",), "keys", (),
         "model tags for /v1/models, comma-separated (informational)", env="LLAMA_ARG_TAGS", metavar="TAGS")
     api_keys: tuple[str, ...] = option(("--api-key",), "keys", (),
-        "API key(s), comma-separated; repeatable", env="LLAMA_API_KEY", metavar="KEY")
+        "API key(s), comma-separated; repeatable", env="LLAMA_API_KEY", metavar="KEY", secret=True)
     api_key_file: str | None = option(("--api-key-file",), "str", None,
         "file with one API key per line", env="LLAMA_ARG_API_KEY_FILE", metavar="FNAME")
     metrics: bool = option(("--metrics",), "bool", False, "enable GET /metrics (Prometheus)",
@@ -742,7 +743,10 @@ class Settings:
         keys = list(self.api_keys)
         if self.api_key_file:
             with open(self.api_key_file, encoding="utf-8") as handle:  # one a line; # starts a comment line
-                keys.extend(line.strip() for line in handle if line.strip() and not line.startswith("#"))
+                found = [line.strip() for line in handle if line.strip() and not line.startswith("#")]
+            if not found:  # fail closed: a file meant to hold keys turns nothing off by being empty
+                raise SettingsError(f"--api-key-file {self.api_key_file}: the file holds no key")
+            keys.extend(found)
         return tuple(keys)
 
 
@@ -762,6 +766,9 @@ class SettingsError(ValueError):
 
 
 def _convert(option: Option, raw: str, where: str) -> Any:
+    if option.secret and option.kind == "keys" and any(not key.strip() for key in raw.split(",")):
+        # a blank key must not turn authentication off (fail closed)
+        raise SettingsError(f"{where}: an empty or blank key (keys are comma-separated, and none may be empty)")
     try:
         if option.kind == "int":
             value: Any = int(raw)
@@ -1028,6 +1035,8 @@ def parse_settings(
                     values[option.dest] = tuple(pair for given in raw for pair in _scaled(given, _flag_name(option)))
                 else:
                     values[option.dest] = _convert(option, raw, _flag_name(option))
+            elif option.secret and option.kind == "keys" and option.env and environ.get(option.env) == "":
+                raise SettingsError(f"environment {option.env}: set but empty (unset it to serve without keys)")
             elif (name := next((n for n in (option.env, *option.env_aliases) if n and environ.get(n, "") != ""),
                                None)) is not None:
                 values[option.dest] = _convert(option, environ[name], f"environment {name}")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -9,7 +11,7 @@ import openai
 import pytest
 import requests
 
-from tests.integration.conftest import Server, start
+from tests.integration.conftest import ROOT, Server, clean_environment, start
 
 CHAT = {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 3}
 
@@ -91,3 +93,29 @@ def test_on_vertex_metrics_are_on_and_need_no_key(tmp_path: Path) -> None:
         assert requests.get(server.url("/props"), timeout=10).status_code == 401  # the rest still needs the key
     finally:
         server.stop()
+
+
+def test_no_secret_reaches_the_log(tmp_path: Path) -> None:
+    token, key = "hf_SentinelToken4b1e", "sk-SentinelKey93ac"
+    server = start(tmp_path, ["--hf-token", token, "--api-key", key, "-np", "1", "-c", "1024", "--verbose"],
+                   {"AIP_MODE": "PREDICTION"})
+    try:
+        headers = {"Authorization": f"Bearer {key}"}
+        assert requests.post(server.url("/v1/chat/completions"), json=CHAT, headers=headers, timeout=60).ok
+        assert requests.post(server.url("/tokenize"), json={"content": "x"}, timeout=30).status_code == 401
+    finally:
+        assert server.stop() == 0, server.log()
+    log = server.log()
+    assert "settings:" in log and "(set, hidden)" in log  # the line is there, the token hidden in it
+    assert token not in log and key not in log
+
+
+@pytest.mark.parametrize(("args", "env", "named"), [
+    (["--api-key", ","], {}, "--api-key"),
+    ([], {"LLAMA_API_KEY": ""}, "LLAMA_API_KEY"),
+])
+def test_a_blank_key_stops_the_start(args: list[str], env: dict[str, str], named: str) -> None:
+    result = subprocess.run([sys.executable, "-m", "app", *args], cwd=ROOT, capture_output=True, text=True,
+                            timeout=120, env=clean_environment(env))
+    assert result.returncode == 2
+    assert named in result.stderr and "empty" in result.stderr

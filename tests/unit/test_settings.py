@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import json
+from pathlib import Path
 
 import pytest
 
@@ -157,6 +159,38 @@ def test_the_settings_log_line_hides_the_keys() -> None:
     shown = public_settings(parse("--api-key", "very-secret", "--api-key", "other"))
     assert shown["api_keys"] == "2 key(s)"
     assert "very-secret" not in repr(shown)
+
+
+def test_no_secret_setting_reaches_the_settings_log_line() -> None:
+    from app.cli import public_settings
+
+    secrets = [option for option in OPTIONS if option.secret]
+    assert {option.dest for option in secrets} >= {"api_keys", "hf_token"}
+    argv = [item for option in secrets for item in (option.flags[-1], f"sentinel-{option.dest}-value")]
+    shown = json.dumps(public_settings(parse(*argv)))
+    for option in secrets:
+        assert f"sentinel-{option.dest}-value" not in shown, option.dest
+    assert '"hf_token": "(set, hidden)"' in shown and '"api_keys": "1 key(s)"' in shown
+
+
+@pytest.mark.parametrize("argv", [["--api-key", ","], ["--api-key", " "], ["--api-key", "good,"],
+                                  ["--api-key", "good", "--api-key", ""]])
+def test_a_blank_api_key_is_refused_not_taken_as_no_key(argv: list[str]) -> None:
+    with pytest.raises(SettingsError, match="empty or blank"):
+        parse_settings(argv, {}, error=lambda message: None)
+
+
+def test_an_empty_llama_api_key_is_refused() -> None:
+    with pytest.raises(SettingsError, match="LLAMA_API_KEY: set but empty"):
+        parse_settings([], {"LLAMA_API_KEY": ""}, error=lambda message: None)
+    assert parse(HF_TOKEN="").hf_token is None  # an empty token opens nothing: taken as unset, as before
+
+
+def test_a_key_file_with_no_key_is_refused(tmp_path: Path) -> None:
+    keys = tmp_path / "keys.txt"
+    keys.write_text("# no keys yet\n\n")
+    with pytest.raises(SettingsError, match="holds no key"):
+        parse("--api-key-file", str(keys)).all_api_keys()
 
 
 def test_override_kv_items_are_typed_as_llama_server_parses_them() -> None:
