@@ -20,6 +20,7 @@ from app.engine.types import MediaChunk, SpeculativeParams
 from app.errors import InvalidRequestError
 from app.handlers.json_schema import schema_grammar
 from app.handlers.lora import scales_from
+from app.handlers.request_limits import check_costs, check_logit_bias
 from app.handlers.sampling import SamplingOverrides, overridden, sampler_order, seed_of
 
 log = logging.getLogger(__name__)
@@ -147,6 +148,7 @@ def _logit_bias(ctx: ServerContext, raw: dict[str, float | bool] | list[list[Any
             if len(entry) != 2:
                 raise InvalidRequestError("Field 'logit_bias': each entry must be [token or string, bias]")
             pairs.append((entry[0], entry[1]))
+    check_logit_bias(len(pairs))  # before any string key is tokenized
     info = ctx.engine.info
     result: list[tuple[int, float]] = []
     for key, bias in pairs:
@@ -167,6 +169,7 @@ def _logit_bias(ctx: ServerContext, raw: dict[str, float | bool] | list[list[Any
             raise InvalidRequestError("Field 'logit_bias': keys must be token ids or strings")
         unknown = set(info.outside_vocabulary(tokens))  # ignored, as llama-server ignores them
         result.extend((token, value) for token in tokens if token not in unknown)
+        check_logit_bias(len(result))
     return tuple(result)
 
 
@@ -220,11 +223,14 @@ def generation_request(
     if grammar is None:
         grammar = grammar_for(ctx, fields.grammar, fields.json_schema, "json_schema")
     lora = None if fields.lora is None else scales_from(fields.lora, len(ctx.settings.lora_adapters), "lora")
+    stop = fields.stop_strings() or ctx.settings.reverse_prompt  # --reverse-prompt: llama-server's default
+    sampling = sampling_params(ctx, fields, grammar, n_probs)
+    check_costs(sampling.n_probs, stop)
     return GenerationRequest(
         prompt=tuple(prompt),
-        sampling=sampling_params(ctx, fields, grammar, n_probs),
+        sampling=sampling,
         n_predict=fields.requested_n_predict(),
-        stop=fields.stop_strings() or ctx.settings.reverse_prompt,  # --reverse-prompt: llama-server's default
+        stop=stop,
         cache_prompt=ctx.settings.cache_prompt if fields.cache_prompt is None else fields.cache_prompt,
         id_slot=fields.id_slot,
         n_keep=ctx.settings.keep if fields.n_keep is None else fields.n_keep,
