@@ -309,6 +309,10 @@ class Settings:
         env="LLAMA_ARG_ENDPOINT_METRICS")
     slots: bool = option(("--slots",), "bool", True, "enable GET /slots", env="LLAMA_ARG_ENDPOINT_SLOTS",
         negative_flags=("--no-slots",))
+    slots_debug: bool = option(("--slots-debug",), "bool", False,
+        "GET /slots shows each slot's whole request (grammar, stop strings, logit bias, prompt and text): "
+        "other users' requests; by default only its sampling numbers, as llama-server",
+        env="LLAMA_SERVER_SLOTS_DEBUG")
     props: bool = option(("--props",), "bool", False, "enable POST /props",
         env="LLAMA_ARG_ENDPOINT_PROPS")
     jinja: bool = option(("--jinja",), "bool", True,

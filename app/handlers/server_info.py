@@ -9,7 +9,7 @@ from app.api import ApiReply, ApiRequest
 from app.context import ServerContext
 from app.engine import GenerationRequest, SlotView
 from app.errors import UnavailableError
-from app.handlers.shapes import generation_settings
+from app.handlers.shapes import generation_settings, slot_metrics
 from app.metrics import CONTENT_TYPE
 
 
@@ -110,7 +110,7 @@ def get_models(ctx: ServerContext, request: ApiRequest) -> ApiReply:
     })
 
 
-def _slot_body(view: SlotView) -> dict[str, Any]:
+def _slot_body(view: SlotView, whole: bool) -> dict[str, Any]:
     body: dict[str, Any] = {
         "id": view.id,
         "n_ctx": view.n_ctx,
@@ -119,12 +119,13 @@ def _slot_body(view: SlotView) -> dict[str, Any]:
     }
     if view.request is None:
         return body
+    settings = generation_settings(view.request, False)
     body.update(
         id_task=view.id_task,
         n_prompt_tokens=view.n_cached,
         n_prompt_tokens_processed=view.n_prompt_processed,
         n_prompt_tokens_cache=view.n_prompt_cache,
-        params=generation_settings(view.request, False),
+        params=settings if whole else slot_metrics(settings),
         next_token=[{
             "has_next_token": view.has_next_token,
             "has_new_line": view.has_new_line,
@@ -139,7 +140,7 @@ def get_slots(ctx: ServerContext, request: ApiRequest) -> ApiReply:
     views = ctx.engine.slot_views()
     if "fail_on_no_slot" in request.params and all(view.is_processing for view in views):
         raise UnavailableError("no slot available")
-    return ApiReply(body=[_slot_body(view) for view in views])
+    return ApiReply(body=[_slot_body(view, ctx.settings.slots_debug) for view in views])
 
 
 def get_metrics(ctx: ServerContext, request: ApiRequest) -> ApiReply:

@@ -75,6 +75,23 @@ def generation_settings(request: GenerationRequest, stream: bool) -> dict[str, A
     }
 
 
+# What llama-server's /slots shows of a slot's parameters by default (server-task.cpp, to_json with
+# only_metrics): numbers that say how it samples, nothing of what its user sent (grammar, schema,
+# stop strings, logit bias, DRY breakers). The whole set only with --slots-debug.
+SLOT_METRICS_FIELDS = (
+    "seed", "temperature", "dynatemp_range", "dynatemp_exponent", "top_k", "top_p", "min_p", "top_n_sigma",
+    "xtc_probability", "xtc_threshold", "typical_p", "repeat_last_n", "repeat_penalty", "presence_penalty",
+    "frequency_penalty", "dry_multiplier", "dry_base", "dry_allowed_length", "dry_penalty_last_n", "mirostat",
+    "mirostat_tau", "mirostat_eta", "max_tokens", "n_predict", "n_keep", "n_discard", "ignore_eos", "stream",
+    "n_probs", "min_keep", "samplers", "timings_per_token", "post_sampling_probs", "lora",
+)
+
+
+def slot_metrics(settings: dict[str, Any]) -> dict[str, Any]:
+    """Of a job's ``generation_settings``, what /slots shows by default."""
+    return {key: settings[key] for key in SLOT_METRICS_FIELDS if key in settings}
+
+
 def _token_entry(vocab: Vocabulary, token: int, value: float, post: bool) -> dict[str, Any]:
     piece = vocab.piece(token, False)
     return {

@@ -29,7 +29,8 @@ TOOL: ChatCompletionFunctionToolParam = {"type": "function", "function": {
 
 @pytest.fixture(scope="module")
 def hermes_server(server_dir: Path) -> Iterator[Server]:
-    server = start(server_dir, ["-np", "2", "-c", "4096", "--chat-template-file", str(HERMES)])
+    # --slots-debug: the tool-call grammar is read back from /slots (_hermes_grammar)
+    server = start(server_dir, ["-np", "2", "-c", "4096", "--chat-template-file", str(HERMES), "--slots-debug"])
     yield server
     assert server.stop() == 0, server.log()
 
