@@ -18,10 +18,11 @@ PRIVATE = {"grammar": 'root ::= "secret-enum-value" | "other"', "stop": ["privat
 def last_params(server: Server) -> dict[str, Any]:
     body = {"prompt": "Say it", "n_predict": 2, "temperature": 0.3, **PRIVATE}
     assert requests.post(server.url("/completion"), json=body, timeout=120).status_code == 200
-    slots = server.wait_slots_idle()
-    used = [slot for slot in slots if isinstance(slot.get("params"), dict) and slot["params"]["temperature"] == 0.3]
+    server.wait_slots_idle()
+    slots: list[dict[str, Any]] = requests.get(server.url("/slots"), timeout=30).json()
+    used = [slot["params"] for slot in slots if "params" in slot and slot["params"]["temperature"] == 0.3]
     assert used, slots
-    params: dict[str, Any] = used[0]["params"]
+    params: dict[str, Any] = used[0]
     return params
 
 
