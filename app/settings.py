@@ -1012,6 +1012,25 @@ def _load_flag_notes(settings: Settings) -> tuple[str, ...]:
     return (f"{given}: replaced by --load-mode in llama.cpp; taken as --load-mode {settings.model_load_mode}",)
 
 
+_KNOWN_FLAGS = frozenset(flag for option in OPTIONS for flag in (*option.flags, *option.negative_flags)) | {
+    name for flag in UNIMPLEMENTED for name in (*flag.flags, *flag.negative)} | set(HELP_FLAGS)
+
+
+def llama_spelling(argv: Sequence[str]) -> list[str]:
+    """``argv`` with llama-server's spelling rule applied: a long flag may use ``_`` for ``-``
+    (common/arg.cpp replaces them in every ``--`` argument), so ``--backend_sampling`` is
+    ``--backend-sampling``. Only a word that then names a flag is changed, never a value."""
+    spelled = []
+    for word in argv:
+        name, equals, value = word.partition("=")
+        if word.startswith("--") and "_" in name and name not in _KNOWN_FLAGS:
+            candidate = name.replace("_", "-")
+            if candidate in _KNOWN_FLAGS:
+                word = candidate + equals + value
+        spelled.append(word)
+    return spelled
+
+
 def parse_settings(
     argv: Sequence[str],
     environ: Mapping[str, str],
@@ -1023,7 +1042,7 @@ def parse_settings(
     """
     parser = build_parser()
     report = error or parser.error
-    namespace = vars(parser.parse_args(list(argv)))
+    namespace = vars(parser.parse_args(llama_spelling(argv)))
     values: dict[str, Any] = {}
     try:
         for option in OPTIONS:

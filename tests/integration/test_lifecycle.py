@@ -26,6 +26,16 @@ def test_an_unknown_flag_exits_2_naming_it() -> None:
     assert "--no-such-flag" in result.stderr
 
 
+def test_llama_servers_underscore_spellings_start_the_server(tmp_path: Path) -> None:
+    server = start(tmp_path, ["--ctx_size", "1024", "--parallel", "1", "--n_predict", "3", "--no_slots"])
+    try:
+        props = requests.get(server.url("/props"), timeout=30).json()
+        assert props["default_generation_settings"]["n_ctx"] == 1024 and props["total_slots"] == 1
+        assert requests.get(server.url("/slots"), timeout=30).status_code == 501  # --no_slots took effect
+    finally:
+        assert server.stop() == 0, server.log()
+
+
 def test_a_bad_value_exits_2_naming_the_flag() -> None:
     result = run_app(["--ctx-size", "lots"])
     assert result.returncode == 2

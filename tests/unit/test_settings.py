@@ -263,3 +263,12 @@ def test_context_flags_reach_llama_cpps_context_parameters() -> None:
     loading = backend_config(parse("--no-repack", "--no-host", "-sm", "none", "-mg", "1", "-ts", "1,1"), "m").loading
     assert (loading.repack, loading.no_host, loading.split_mode, loading.main_gpu, loading.tensor_split) == (
         False, True, "none", 1, (1.0, 1.0))
+
+
+def test_long_flags_may_spell_dashes_as_underscores_as_in_llama_server() -> None:
+    settings = parse("--ctx_size", "2048", "--no_slots", "--cache_reuse=4", "-r", "keep_this_value")
+    assert (settings.ctx_size, settings.slots, settings.cache_reuse) == (2048, False, 4)
+    assert settings.reverse_prompt == ("keep_this_value",)  # values are never respelled
+    assert parse("--backend_sampling").notes == parse("--backend-sampling").notes != ()
+    with pytest.raises(SystemExit):
+        parse_settings(["--no_such_flag"], {})  # still unknown: refused as before
