@@ -224,7 +224,8 @@ class Settings:
     keep: int = option(("--keep",), "int", 0,
         "prompt tokens a context shift keeps (-1: the whole prompt); a request's n_keep wins", minimum=-1)
     n_predict: int = option(("-n", "--n-predict", "--predict"), "int", -1,
-        "most tokens to generate (-1 = until the context is full); also caps each request",
+        "most tokens to generate for a request that sets no budget (-1 = until the context is full); a "
+        "request's own n_predict or max_tokens wins, as in llama-server",
         env="LLAMA_ARG_N_PREDICT", minimum=-1)
     seed: int = option(("-s", "--seed"), "int", -1, "default sampling seed (-1 = random)",
         env="LLAMA_ARG_SEED", minimum=-1)

@@ -168,7 +168,7 @@ def build_application(
         load_backend,
         EngineOptions(
             cont_batching=settings.cont_batching,
-            n_predict_cap=settings.n_predict,
+            n_predict_default=settings.n_predict,
             sleep_idle_seconds=settings.sleep_idle_seconds,
             lora_scales=tuple(scale for _, scale in settings.lora_adapters),
             max_queue=settings.max_queue,

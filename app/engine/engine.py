@@ -63,7 +63,7 @@ POLL_SECONDS = 0.5
 @dataclass(frozen=True)
 class EngineOptions:
     cont_batching: bool = True
-    n_predict_cap: int = -1
+    n_predict_default: int = -1  # -n: the budget of a request that sets none (-1), as llama-server
     sleep_idle_seconds: float = -1
     lora_scales: tuple[float, ...] = ()  # the starting global scale of each --lora adapter
     max_queue: int = 64  # jobs that may wait for a slot; more are refused with OverloadedError
@@ -247,10 +247,8 @@ class Engine:
             request = replace(request, lora=self._lora_scales)
         if self._options.deadline_seconds > 0 and request.deadline is None:
             request = replace(request, deadline=time.monotonic() + self._options.deadline_seconds)
-        if self._options.n_predict_cap >= 0 and (
-            request.n_predict < 0 or request.n_predict > self._options.n_predict_cap
-        ):
-            request = replace(request, n_predict=self._options.n_predict_cap)
+        if request.n_predict == -1 and self._options.n_predict_default != -1:  # a request's own budget wins
+            request = replace(request, n_predict=self._options.n_predict_default)
         job = Job(request, sink, index)
         for copy in range(1, copies):
             sampling = request.sampling

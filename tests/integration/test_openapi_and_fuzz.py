@@ -21,8 +21,10 @@ from tests.integration.conftest import Server, start
 def fuzz_server(server_dir: Path) -> Iterator[Server]:
     saves = server_dir / "fuzz-slots"
     saves.mkdir(exist_ok=True)
-    # -n 8 caps every generation, so random n_predict values stay cheap
-    server = start(server_dir, ["-np", "2", "-c", "2048", "-n", "8", "--metrics", "--props",
+    # -n 8 for requests that set no budget, --predict-deadline 1 ends the others (a request's own
+    # n_predict wins over -n, as in llama-server), so random n_predict values stay cheap
+    server = start(server_dir, ["-np", "2", "-c", "2048", "-n", "8", "--predict-deadline", "1", "--metrics",
+                                "--props",
                                 "--slot-save-path", str(saves)], {"AIP_MODE": "PREDICTION"})
     yield server
     assert server.stop() == 0, server.log()

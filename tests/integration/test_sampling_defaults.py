@@ -57,3 +57,19 @@ def test_a_default_logit_bias_applies_until_a_request_gives_its_own(server_dir: 
         assert first_token(server, logit_bias={}) == greedy  # a request's logit_bias replaces the server's
     finally:
         assert server.stop() == 0, server.log()
+
+
+def test_n_predict_is_the_default_budget_and_a_requests_own_wins(tmp_path: Path) -> None:
+    """llama-server: -n is the budget of a request that sets none; a request's own n_predict (or
+    max_tokens) wins, above -n too."""
+    server = start(tmp_path, ["-n", "4", "-np", "1", "-c", "1024"])
+    try:
+        body = {"prompt": "Once upon a time", "ignore_eos": True}
+        default = requests.post(server.url("/completion"), json=body, timeout=120).json()
+        own = requests.post(server.url("/completion"), json={**body, "n_predict": 9}, timeout=120).json()
+        chat = requests.post(server.url("/v1/chat/completions"), timeout=120, json={
+            "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 7, "ignore_eos": True}).json()
+        assert default["tokens_predicted"] == 4 and own["tokens_predicted"] == 9
+        assert chat["usage"]["completion_tokens"] == 7
+    finally:
+        assert server.stop() == 0, server.log()

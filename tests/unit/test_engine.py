@@ -79,11 +79,13 @@ def test_n_predict_zero_only_evaluates_the_prompt(engine: Engine) -> None:
     assert final.finish is FinishReason.LIMIT
 
 
-def test_server_n_predict_caps_the_request(backend: FakeBackend) -> None:
-    engine = start(backend, n_predict_cap=3)
+def test_server_n_predict_is_the_default_a_requests_own_wins(backend: FakeBackend) -> None:
+    engine = start(backend, n_predict_default=3)
     try:
-        final = events_of(engine.submit(request("hi", n_predict=100)))[-1]
+        final = events_of(engine.submit(request("hi", n_predict=-1)))[-1]
         assert isinstance(final, Completion) and final.text == "Hel"
+        own = events_of(engine.submit(request("hi", n_predict=5)))[-1]
+        assert isinstance(own, Completion) and own.text == "Hello"  # more than -n, as llama-server
     finally:
         engine.stop()
 
