@@ -17,16 +17,21 @@ def disconnect_probe(environ: Mapping[str, Any]) -> Callable[[], bool]:
     or the worker's wrapper of it: anything with ``fileno`` and ``recv``).
 
     A readable socket with nothing to read is a closed one; pipelined bytes mean the client is still
-    there.
+    there. Readiness comes from poll(), which takes any descriptor: select() refuses those of 1,024
+    and above, and a busy server that reached them took every client for gone.
     """
     sock: Any = environ.get("gunicorn.socket")
     if not (callable(getattr(sock, "fileno", None)) and callable(getattr(sock, "recv", None))):
         return _never
+    poller = select.poll()
+    try:
+        poller.register(sock.fileno(), select.POLLIN)
+    except (OSError, ValueError):
+        return _never  # no descriptor to watch (already closed): the response fails on its own
 
     def closed() -> bool:
         try:
-            readable, _, _ = select.select([sock], [], [], 0)
-            if not readable:
+            if not poller.poll(0):
                 return False
             return bool(sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b"")
         except BlockingIOError:
