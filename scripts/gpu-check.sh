@@ -4,10 +4,11 @@
 # of a 1,500-token prompt), on a machine with an NVIDIA GPU. Two steps, for a GPU machine that has no
 # network and little time (the `device` machine: see README "GPU check"):
 #
-#   bash scripts/gpu-check.sh prepare   # here: needs nvcc and the package index; fills .gpu-carry/
+#   bash scripts/gpu-check.sh prepare   # here: needs the package index; fills .gpu-carry/
 #   bash scripts/gpu-check.sh run       # there: installs from .gpu-carry/ only, tests, benchmarks
 #
-# `prepare` builds llama-cpp-python's wheel once with the project's portable CPU flags plus CUDA for
+# `prepare` takes CUDA 13.0's toolkit from PyPI (scripts/cuda_toolkit.sh; CUDAToolkit_ROOT for another)
+# and builds llama-cpp-python's wheel once with the project's portable CPU flags plus CUDA for
 # CUDA_ARCHITECTURES (default 90: H100/H200; about an hour on 2 cores), and llama-server from the same
 # llama.cpp with the same flags; it downloads the Python packages the server and its tests need as
 # wheels for the GPU machine's Python (TARGET_PYTHON, default 3.12). `run` makes a virtual environment
@@ -25,9 +26,15 @@ HERE_PYTHON="$ROOT/.venv/bin/python"
 log() { printf '[gpu-check] %s\n' "$*" >&2; }
 
 prepare() {
-  command -v nvcc >/dev/null || { log "nvcc is not on the PATH: prepare needs the CUDA toolkit"; exit 1; }
   [ -x "$HERE_PYTHON" ] || { log "run 'bash scripts/dev.sh test' (or serve) once first: it makes .venv"; exit 1; }
-  local version cpu_flags flags work
+  local version cpu_flags flags work toolkit="${CUDAToolkit_ROOT:-}"
+  if [ -z "$toolkit" ]; then  # the pinned CUDA 13.0 toolkit from PyPI (scripts/cuda_toolkit.sh), not whatever nvcc is about
+    toolkit=$(PYTHON="$HERE_PYTHON" bash "$ROOT/scripts/cuda_toolkit.sh" "${XDG_CACHE_HOME:-$HOME/.cache}/vertex-llama/cuda-13.0")
+    log "nvcc from PyPI's CUDA 13.0 wheels: $toolkit (CUDAToolkit_ROOT=... picks another toolkit)"
+  fi
+  # the toolkit through the environment (FindCUDAToolkit and CMake read these), so the flags, and the
+  # wheel's cache key, are the same wherever it lies: the Dockerfile's CUDA stage uses the same flags
+  export PATH="$toolkit/bin:$PATH" CUDAToolkit_ROOT="$toolkit" CUDACXX="$toolkit/bin/nvcc"
   version=$("$HERE_PYTHON" "$ROOT/app/llama_build.py" version --pyproject "$ROOT/pyproject.toml")
   cpu_flags=$("$HERE_PYTHON" "$ROOT/app/llama_build.py" cmake-args --target portable)
   flags="$cpu_flags -DGGML_CUDA=on -DCMAKE_CUDA_ARCHITECTURES=$CUDA_ARCHITECTURES"
@@ -42,11 +49,15 @@ prepare() {
   if [ -f "$stubs/libcuda.so" ] && [ ! -e "$stubs/libcuda.so.1" ]; then ln -s libcuda.so "$stubs/libcuda.so.1" || true; fi
   export LIBRARY_PATH="$stubs${LIBRARY_PATH:+:$LIBRARY_PATH}"
 
+  if [ "$(cat "$CARRY/cuda-architectures" 2>/dev/null)" != "$CUDA_ARCHITECTURES" ]; then
+    rm -f "$CARRY"/wheels/llama_cpp_python-*.whl "$CARRY/llama-server/llama-server"  # built for others
+  fi
   if ! ls "$CARRY"/wheels/llama_cpp_python-"$version"-*.whl >/dev/null 2>&1; then
     log "building llama-cpp-python $version with CUDA $CUDA_ARCHITECTURES (long): CMAKE_ARGS=$flags"
     CMAKE_ARGS="$flags" LD_LIBRARY_PATH="$stubs" "$HERE_PYTHON" -m pip wheel --no-cache-dir --no-deps \
       -w "$CARRY/wheels" "llama-cpp-python==$version"
   fi
+  printf '%s' "$CUDA_ARCHITECTURES" >"$CARRY/cuda-architectures"  # which the wheel is for (scripts/image.sh reads it)
   if [ ! -x "$CARRY/llama-server/llama-server" ]; then
     log "building llama-server $version with the same flags"
     "$HERE_PYTHON" -m pip download --no-deps --no-binary :all: -d "$work" "llama-cpp-python==$version"

@@ -97,23 +97,35 @@ base_image() {
   echo "$MADE_BASE"
 }
 
-# docker/wheels/: the wheel scripts/dev.sh built, when the image would build exactly that one and this
-# machine's C library is the image's (Debian 12, x86-64); else emptied, and the image compiles its own.
+# docker/wheels/: a wheel built here with exactly the flags the image would build with, when this
+# machine's C library is the image's (Debian 12, x86-64): for cpu the one scripts/dev.sh built, for
+# cuda the one scripts/gpu-check.sh prepare built (CUDA_ARCHITECTURES must be the same: set it for
+# both). Else the folder is emptied, and the image compiles its own.
 stage_wheel() {
   local variant=$1
   find "$ROOT/docker/wheels" -mindepth 1 ! -name README.md -delete
-  [ "$variant" = cpu ] || return 0
-  local os=""
+  local os="" wheel flags
   os=$(. /etc/os-release 2>/dev/null && echo "${ID:-}:${VERSION_ID:-}")
   if [ "$os" != "debian:12" ] || [ "$(uname -m)" != x86_64 ]; then
     log "this machine ($os $(uname -m)) is not the image's Debian 12 x86-64: the image compiles llama-cpp-python itself"
     return 0
   fi
-  local wheel
-  wheel=$(LLAMA_CPU_TARGET=portable bash "$ROOT/scripts/dev.sh" wheel)
+  flags=$("${PYTHON:-python3}" "$ROOT/app/llama_build.py" cmake-args --target portable)
+  if [ "$variant" = cpu ]; then
+    wheel=$(LLAMA_CPU_TARGET=portable bash "$ROOT/scripts/dev.sh" wheel)
+  else
+    local built="$ROOT/.gpu-carry/wheels" arches
+    arches="${CUDA_ARCHITECTURES:-75;80;89;90}"
+    wheel=$(ls "$built"/llama_cpp_python-*.whl 2>/dev/null | head -n1 || true)
+    if [ -z "$wheel" ] || [ "$(cat "$built/../cuda-architectures" 2>/dev/null)" != "$arches" ]; then
+      log "no CUDA wheel for architectures $arches from scripts/gpu-check.sh prepare: the image compiles its own (long)"
+      return 0
+    fi
+    flags="$flags -DGGML_CUDA=on -DCMAKE_CUDA_ARCHITECTURES=$arches"
+  fi
   cp "$wheel" "$ROOT/docker/wheels/"
-  "${PYTHON:-python3}" "$ROOT/app/llama_build.py" cmake-args --target portable >"$ROOT/docker/wheels/llama-cmake-args"
-  log "the image installs $(basename "$wheel") (scripts/dev.sh built it with the same flags)"
+  printf '%s\n' "$flags" >"$ROOT/docker/wheels/llama-cmake-args"
+  log "the image installs $(basename "$wheel"), built here with the same flags"
 }
 
 # A hash of everything the build reads: a rebuild is needed only when it changes.

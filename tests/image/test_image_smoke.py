@@ -84,6 +84,18 @@ def test_the_image_runs_its_entrypoint_as_uid_1000_and_sets_no_aip_variables(too
     assert process_uid(vertex_container.container.main_pid()) == 1000
 
 
+def test_the_log_says_whether_it_serves_on_a_gpu(tool: str, image: str, vertex_container: Started) -> None:
+    """No GPU here: a CUDA image starts all the same, and says that it found no driver and serves on
+    the CPU; a CPU image says nothing of GPUs."""
+    labels = image_config(tool, image).get("Labels")
+    variant = labels.get("vertex-llama.variant") if isinstance(labels, dict) else None
+    log = vertex_container.container.log()
+    if variant == "cuda":
+        assert "no NVIDIA driver was found" in log and "serving on the CPU" in log, log[-3000:]
+    else:
+        assert variant == "cpu" and "NVIDIA" not in log
+
+
 def test_health_is_503_while_the_model_loads_from_storage_then_200(vertex_container: Started) -> None:
     statuses = vertex_container.statuses
     assert statuses[-1] == 200 and 503 in statuses, statuses

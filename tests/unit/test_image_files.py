@@ -49,12 +49,20 @@ def test_the_image_runs_as_a_non_root_user_and_sets_no_aip_variables() -> None:
 
 
 def test_cuda_build_flags() -> None:
+    """The CUDA variant: CUDA 13.0 from PyPI (scripts/cuda_toolkit.sh, the same toolkit and flags as
+    scripts/gpu-check.sh), its runtime libraries in the venv, no nvidia/cuda base to pull."""
     text = (ROOT / "Dockerfile").read_text()
     assert 'ARG CUDA_ARCHITECTURES="75;80;89;90"' in text
-    assert "-DGGML_CUDA=on" in text and "-DGGML_NATIVE=OFF" in text
-    assert "-DCMAKE_CUDA_ARCHITECTURES=${CUDA_ARCHITECTURES}" in text
-    assert "stubs/libcuda.so.1" in text
-    assert "ARG VARIANT=cuda" in text and "AS build-cpu" in text and "AS runtime-cpu" in text
+    assert 'GPU_CMAKE_ARGS="-DGGML_CUDA=on -DCMAKE_CUDA_ARCHITECTURES=${CUDA_ARCHITECTURES}"' in text
+    assert "COPY scripts/cuda_toolkit.sh /tmp/" in text and "LIBRARY_PATH=/opt/cuda/nvidia/cu13/lib/stubs" in text
+    assert "CUDAToolkit_ROOT=/opt/cuda/nvidia/cu13" in text and "CUDACXX=/opt/cuda/nvidia/cu13/bin/nvcc" in text
+    assert "nvidia/cuda:" not in text
+    assert "ARG VARIANT=cuda" in text and "AS build-cpu" in text and "AS build-cuda" in text
+    runtime = [line for line in instructions("ENV") if "LD_LIBRARY_PATH" in line][-1]
+    assert "/opt/venv/lib/python3.11/site-packages/nvidia/cu13/lib" in runtime
+    toolkit = (ROOT / "scripts/cuda_toolkit.sh").read_text()
+    packages = text.rsplit('GPU_RUNTIME_PACKAGES="', 1)[1].split('"', 1)[0].split()
+    assert packages and all(package in toolkit for package in packages)  # runtime = the toolkit's release
     assert not any(line.startswith("COPY") and ".gguf" in line for line in text.splitlines())
 
 
@@ -70,6 +78,8 @@ def test_both_image_variants_take_the_portable_cpu_flags_from_the_one_owner() ->
     assert "$(python3.11 /tmp/llama_build.py cmake-args)" in build and "${GPU_CMAKE_ARGS}" in build
     assert f"/opt/venv/{BUILD_RECORD}" in build
     assert "-DGGML_CUDA=on" in " ".join(instructions("ENV"))
+    gpu_check = (ROOT / "scripts/gpu-check.sh").read_text()
+    assert 'flags="$cpu_flags -DGGML_CUDA=on -DCMAKE_CUDA_ARCHITECTURES=$CUDA_ARCHITECTURES"' in gpu_check
 
 
 def test_llama_cpp_python_is_pinned_once() -> None:
@@ -135,9 +145,9 @@ def test_the_cpu_image_is_debian_slim_with_debians_python_and_a_replaceable_base
     is reachable; both CPU stages stand on it, and install Debian's python3.11."""
     text = (ROOT / "Dockerfile").read_text()
     assert "ARG BASE_IMAGE=debian:bookworm-slim" in text
-    assert "FROM ${BASE_IMAGE} AS build-cpu" in text and "FROM ${BASE_IMAGE} AS runtime-cpu" in text
-    runtime = text[text.index("AS runtime-cpu"):]
-    assert "python3.11 libgomp1 ca-certificates" in runtime.split("\n\n")[0]
+    assert "FROM ${BASE_IMAGE} AS build-cpu" in text and "FROM build-cpu AS build-cuda" in text
+    runtime = text[text.index("# ---- runtime"):]
+    assert "FROM ${BASE_IMAGE}\n" in runtime and "python3.11 libgomp1 ca-certificates" in runtime
     assert "python:3.11" not in text
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from app.engine.errors import ModelLoadError
+from app.engine.llama import gpu_driver
 from app.engine.llama.bindings import lc, mt
 from app.engine.llama.native import filtered_log_callback
 
@@ -131,6 +132,9 @@ def load_ggml_backends() -> None:
                                  "llama-cpp-python (bash scripts/dev.sh install)")
     log.info("llama.cpp CPU backend %s: %s", loaded_cpu_variant() or "built-in",
              lc.llama_print_system_info().decode(errors="replace").strip())
+    verdict = gpu_driver.judge(lib_dir, len(gpu_free_bytes()))
+    if verdict is not None:
+        log.log(logging.INFO if verdict.usable else logging.WARNING, "%s", verdict.message)
 
 
 _set_up_lock = threading.Lock()
