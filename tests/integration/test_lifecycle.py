@@ -128,8 +128,9 @@ def test_after_sigterm_requests_not_yet_started_get_503_and_running_ones_finish(
     workers = [threading.Thread(target=call, args=(n,)) for n in range(threads + 2)]
     for worker in workers:
         worker.start()
-        time.sleep(0.05)
-    time.sleep(0.5)  # every HTTP thread is busy; the last two requests wait in gunicorn's queue
+    # every request has reached the server (none is left in the kernel's accept queue, where a
+    # stopping server's closed listener would drop it): the HTTP threads are busy, the rest queued
+    accepted_connections(server.port, threads + 2)
     code = server.stop()
     for worker in workers:
         worker.join(120)
@@ -142,6 +143,25 @@ def test_after_sigterm_requests_not_yet_started_get_503_and_running_ones_finish(
     assert all(body["error"]["message"] == "the server is shutting down" for body in refused)  # type: ignore[index]
     finished = [body for status, body in results.values() if status == 200]
     assert all(body["tokens_predicted"] == 250 for body in finished)  # type: ignore[index]
+
+
+def accepted_connections(port: int, count: int) -> None:
+    """Wait until ``count`` connections to ``port`` are established and the listener's accept queue
+    is empty (Linux's /proc/net/tcp: a listening socket's rx_queue is its accept backlog)."""
+    local = f":{port:04X}"
+    while True:
+        established = backlog = 0
+        for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+            fields = line.split()
+            if not fields[1].endswith(local):
+                continue
+            if fields[3] == "01":
+                established += 1
+            elif fields[3] == "0A":
+                backlog += int(fields[4].split(":")[1], 16)
+        if established >= count and backlog == 0:
+            return
+        time.sleep(0.02)
 
 
 def test_a_vertex_deployment_without_a_model_stops_instead_of_serving_the_demo_model() -> None:
