@@ -43,6 +43,9 @@ class EngineStats:
     prompt_seconds_total: float = 0.0
     tokens_predicted_total: int = 0
     tokens_predicted_seconds_total: float = 0.0
+    # decode steps those tokens took: each generation's first token comes from its prompt's last
+    # batch, at no step of its own (llama-server's n_gen_steps), so the rate counts one fewer
+    tokens_predicted_steps_total: int = 0
     n_decode_total: int = 0
     n_tokens_max: int = 0
     busy_slots_total: int = 0
@@ -83,7 +86,7 @@ class EngineStats:
     def predicted_tokens_per_second(self) -> float:
         if not self.tokens_predicted_seconds_total:
             return 0.0
-        return self.tokens_predicted_total / self.tokens_predicted_seconds_total
+        return self.tokens_predicted_steps_total / self.tokens_predicted_seconds_total
 
 
 class StatsRecorder:
@@ -146,6 +149,7 @@ class StatsRecorder:
                 stats,
                 tokens_predicted_total=stats.tokens_predicted_total + n_tokens,
                 tokens_predicted_seconds_total=stats.tokens_predicted_seconds_total + seconds,
+                tokens_predicted_steps_total=stats.tokens_predicted_steps_total + max(0, n_tokens - 1),
                 time_per_output_token=per_token,
             )
 

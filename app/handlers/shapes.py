@@ -45,8 +45,9 @@ def timings_body(timings: Timings) -> dict[str, Any]:
         "prompt_per_second": per_second(timings.prompt_ms, timings.prompt_n),
         "predicted_n": timings.predicted_n,
         "predicted_ms": timings.predicted_ms,
-        "predicted_per_token_ms": per_token(timings.predicted_ms, timings.predicted_n),
-        "predicted_per_second": per_second(timings.predicted_ms, timings.predicted_n),
+        # over the decode steps, as llama-server: the first token comes from the prompt's last batch
+        "predicted_per_token_ms": per_token(timings.predicted_ms, max(0, timings.predicted_n - 1)),
+        "predicted_per_second": per_second(timings.predicted_ms, max(0, timings.predicted_n - 1)),
     }
     if timings.draft_n > 0:  # as llama-server: only when the job speculated
         body.update(draft_n=timings.draft_n, draft_n_accepted=timings.draft_n_accepted)
