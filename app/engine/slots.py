@@ -241,12 +241,19 @@ class Slot:
     def view(self, n_ctx: int, speculative: bool = False) -> SlotView:
         """What /slots shows of this slot (read from another thread: a snapshot, not a lock)."""
         request = self.last_request
+        busy = self.busy
+        if not busy:  # as llama-server's release: the finished task's counters start again
+            return SlotView(
+                id=self.id, n_ctx=n_ctx, is_processing=False, id_task=self.last_task, n_cached=len(self.cached),
+                n_prompt_processed=0, n_prompt_cache=0, n_decoded=0, n_remain=-1, has_next_token=False,
+                has_new_line=False, request=request, speculative=speculative,
+            )
         n_predict = request.n_predict if request else -1
         n_decoded = len(self.generation.tokens) if self.generation else 0
         return SlotView(
-            id=self.id, n_ctx=n_ctx, is_processing=self.busy, id_task=self.last_task,
+            id=self.id, n_ctx=n_ctx, is_processing=True, id_task=self.last_task,
             n_cached=len(self.cached), n_prompt_processed=self.last_prompt_n, n_prompt_cache=self.cache_n,
             n_decoded=n_decoded, n_remain=(n_predict - n_decoded) if n_predict >= 0 else -1,
-            has_next_token=self.busy, has_new_line=bool(self.generation and "\n" in self.generation.text),
+            has_next_token=True, has_new_line=bool(self.generation and "\n" in self.generation.text),
             request=request, speculative=speculative,
         )
