@@ -17,12 +17,17 @@ from dataclasses import dataclass
 
 MAX_BYTES = 4 * 1024 * 1024
 TTL_SECONDS = 300
+MAX_SESSIONS = 64  # held at once (each keeps up to MAX_BYTES): 256 MiB at most
 WAKE_SECONDS = 0.2  # a waiting reader checks its client this often
 HEADER = "X-Conversation-Id"
 
 
 class OffsetLost(Exception):
     """The bytes from that offset were dropped (the session keeps its last MAX_BYTES)."""
+
+
+class TooManySessions(Exception):
+    """Every place for a session holds a live stream."""
 
 
 @dataclass(frozen=True)
@@ -113,9 +118,11 @@ class StreamSession:
 class StreamSessions:
     """The live sessions by conversation id (one each); completed ones expire after TTL_SECONDS."""
 
-    def __init__(self, ttl_seconds: int = TTL_SECONDS, max_bytes: int = MAX_BYTES) -> None:
+    def __init__(self, ttl_seconds: int = TTL_SECONDS, max_bytes: int = MAX_BYTES,
+                 max_sessions: int = MAX_SESSIONS) -> None:
         self._ttl = ttl_seconds
         self._max = max_bytes
+        self._max_sessions = max_sessions
         self._sessions: dict[str, StreamSession] = {}
         self._lock = threading.Lock()
 
@@ -126,11 +133,19 @@ class StreamSessions:
                 del self._sessions[key]
 
     def create(self, conversation_id: str) -> StreamSession:
-        """A new session for the id; a previous one is cancelled (its stream stops)."""
+        """A new session for the id; a previous one is cancelled (its stream stops). With every
+        place taken, the oldest completed session makes room; TooManySessions if all are live."""
         fresh = StreamSession(conversation_id, self._max)
         with self._lock:
             self._expire()
             previous = self._sessions.get(conversation_id)
+            if previous is None and len(self._sessions) >= self._max_sessions:
+                completed = [key for key, session in self._sessions.items() if session.done]
+                if not completed:
+                    raise TooManySessions(f"{len(self._sessions)} resumable streams are running (the most this "
+                                          "server keeps); retry later, or stream without X-Conversation-Id")
+                oldest = min(completed, key=lambda key: self._sessions[key].info().completed_at)
+                del self._sessions[oldest]
             self._sessions[conversation_id] = fresh
         if previous is not None:
             previous.cancel()

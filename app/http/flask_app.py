@@ -20,6 +20,7 @@ from app.errors import (
     NotFoundError,
     PayloadTooLargeError,
     RequestTimeoutError,
+    UnavailableError,
 )
 from app.http.access_log import install_access_log
 from app.http.connection import close_after_response
@@ -29,7 +30,7 @@ from app.http.middleware import install_middleware
 from app.http.render import sse_body, to_response
 from app.http.static_site import StaticSite
 from app.stream_sessions import HEADER as SESSION_HEADER
-from app.stream_sessions import StreamSession, StreamSessions
+from app.stream_sessions import StreamSession, StreamSessions, TooManySessions
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +57,10 @@ def _view(route: Route, sessions: StreamSessions | None) -> Callable[..., Respon
     def view(**path_params: Any) -> Response:
         client_gone = disconnect_probe(request.environ)
         conversation = request.headers.get(SESSION_HEADER, "") if route.streams and sessions is not None else ""
-        session = sessions.create(conversation) if sessions is not None and conversation else None
+        try:
+            session = sessions.create(conversation) if sessions is not None and conversation else None
+        except TooManySessions as exc:
+            return to_response(ApiReply.error(UnavailableError(str(exc))))
         body, files = _body_and_files(route.form)
         api_request = ApiRequest(
             method=request.method,

@@ -9,7 +9,8 @@ import time
 import pytest
 from flask.testing import FlaskClient
 
-from app.stream_sessions import OffsetLost, StreamSession, StreamSessions
+from app.stream_sessions import MAX_SESSIONS, OffsetLost, StreamSession, StreamSessions, TooManySessions
+from app.wiring import Application
 from tests.inprocess import PROMPT
 
 
@@ -53,6 +54,17 @@ def test_a_new_stream_on_the_same_id_cancels_the_old_one_and_lookup_finds_varian
     assert second.is_cancelled() and sessions.get("conv") is None
 
 
+def test_the_sessions_held_are_bounded() -> None:
+    sessions = StreamSessions(max_sessions=2)
+    first, second = sessions.create("a"), sessions.create("b")
+    with pytest.raises(TooManySessions, match="2 resumable streams are running"):
+        sessions.create("c")  # both live: nothing may be dropped
+    assert sessions.create("a") is not first and first.is_cancelled()  # the same id replaces its own
+    second.finish()
+    third = sessions.create("c")  # the completed one makes room
+    assert sessions.get("b") is None and sessions.get("c") is third
+
+
 def test_completed_sessions_expire() -> None:
     sessions = StreamSessions(ttl_seconds=0)
     session = sessions.create("old")
@@ -86,3 +98,17 @@ def test_bad_resume_requests(client: FlaskClient) -> None:
 def test_a_request_that_does_not_stream_leaves_no_session(client: FlaskClient) -> None:
     client.post("/completion", json={"prompt": PROMPT, "n_predict": 2}, headers={"X-Conversation-Id": "plain"})
     assert client.post("/v1/streams/lookup", json={"conversation_ids": ["plain"]}).get_json() == []
+
+
+def test_a_resumable_stream_past_the_bound_is_a_503(application: Application, client: FlaskClient) -> None:
+    live = [application.context.stream_sessions.create(f"held-{number}") for number in range(MAX_SESSIONS)]
+    try:
+        refused = client.post("/completion", json={"prompt": PROMPT, "n_predict": 2, "stream": True},
+                              headers={"X-Conversation-Id": "one-too-many"})
+        assert refused.status_code == 503
+        assert "resumable streams are running" in refused.get_json()["error"]["message"]
+        plain = client.post("/completion", json={"prompt": PROMPT, "n_predict": 2, "stream": True})
+        assert plain.status_code == 200  # without the header it streams as ever
+    finally:
+        for session in live:
+            session.finish()
