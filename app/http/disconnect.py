@@ -23,14 +23,13 @@ def disconnect_probe(environ: Mapping[str, Any]) -> Callable[[], bool]:
     sock: Any = environ.get("gunicorn.socket")
     if not (callable(getattr(sock, "fileno", None)) and callable(getattr(sock, "recv", None))):
         return _never
-    poller = select.poll()
-    try:
-        poller.register(sock.fileno(), select.POLLIN)
-    except (OSError, ValueError):
-        return _never  # no descriptor to watch (already closed): the response fails on its own
 
     def closed() -> bool:
         try:
+            # a poll object of its own each time: the instances of one predict share this check from
+            # several threads, and one poll object refuses concurrent calls
+            poller = select.poll()
+            poller.register(sock.fileno(), select.POLLIN)
             if not poller.poll(0):
                 return False
             return bool(sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b"")

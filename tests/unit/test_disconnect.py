@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import resource
 import socket
+import threading
 from collections.abc import Iterator
 
 import pytest
@@ -45,4 +46,27 @@ def test_the_probe_sees_a_present_client_then_a_gone_one(number: str,
     server.recv(64)  # read, as the worker reads the next request
     client.close()
     assert gone()
+    server.close()
+
+
+def test_many_threads_may_ask_at_once() -> None:
+    """The instances of one predict share their request's check from a pool of threads."""
+    server, client = socket.socketpair()
+    gone = disconnect_probe({"gunicorn.socket": server})
+    answers: list[bool] = []
+    errors: list[BaseException] = []
+
+    def ask() -> None:
+        try:
+            answers.extend(gone() for _ in range(300))
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=ask) for _ in range(16)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors and len(answers) == 16 * 300 and not any(answers)
+    client.close()
     server.close()
