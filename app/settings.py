@@ -760,8 +760,8 @@ OPTIONS: tuple[Option, ...] = tuple(
     if "option" in item.metadata
 )
 HELP_FLAGS = ("-h", "--help", "--usage")  # llama-server's
-UNIMPLEMENTED = unimplemented([*HELP_FLAGS, *(flag for option in OPTIONS for flag in (*option.flags,
-                                                                                      *option.negative_flags))])
+_OWN_FLAGS = frozenset([*HELP_FLAGS, *(flag for option in OPTIONS for flag in (*option.flags, *option.negative_flags))])
+UNIMPLEMENTED = unimplemented(_OWN_FLAGS)
 EXTENSIONS = extensions((option.flags, option.negative_flags, option.env) for option in OPTIONS)
 _UPSTREAM_DEST = "upstream:"
 
@@ -1013,8 +1013,7 @@ def _load_flag_notes(settings: Settings) -> tuple[str, ...]:
     return (f"{given}: replaced by --load-mode in llama.cpp; taken as --load-mode {settings.model_load_mode}",)
 
 
-_KNOWN_FLAGS = frozenset(flag for option in OPTIONS for flag in (*option.flags, *option.negative_flags)) | {
-    name for flag in UNIMPLEMENTED for name in (*flag.flags, *flag.negative)} | set(HELP_FLAGS)
+_KNOWN_FLAGS = _OWN_FLAGS | {name for flag in UNIMPLEMENTED for name in (*flag.flags, *flag.negative)}
 
 
 def llama_spelling(argv: Sequence[str]) -> list[str]:
