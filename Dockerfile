@@ -45,13 +45,13 @@ FROM build-${VARIANT} AS build
 # pip's certificate authorities: the system's (a build behind a TLS-inspecting proxy mounts its own
 # bundle and points this at it: scripts/image.sh, README "The image").
 ARG PIP_CERT=/etc/ssl/certs/ca-certificates.crt
-# The CPU side, in both variants, is the portable build that app/llama_build.py defines (the same as
+# The CPU side, in both variants, is the portable build that app/host/llama_build.py defines (the same as
 # scripts/dev.sh): every CPU variant of ggml as a loadable library, the best one picked at start-up,
 # so one image runs on every x86-64 machine type (and the CUDA image falls back to the CPU without a
 # GPU). The flags are recorded in the venv, where the server reads them to explain a crash. A wheel
 # in docker/wheels/ built with exactly these flags (scripts/image.sh puts the one scripts/dev.sh
 # built there) is installed instead of compiling another.
-COPY app/llama_build.py pyproject.toml /tmp/
+COPY app/host/llama_build.py pyproject.toml /tmp/
 COPY docker/wheels/ /wheels/
 RUN CMAKE_ARGS="$(python3.11 /tmp/llama_build.py cmake-args)${GPU_CMAKE_ARGS:+ ${GPU_CMAKE_ARGS}}" \
     && VERSION="$(python3.11 /tmp/llama_build.py version --pyproject /tmp/pyproject.toml)" \

@@ -24,8 +24,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from app.llama_build import this_cpu  # noqa: E402
-from app.model_files import embedded_model_path  # noqa: E402
+from app.host.llama_build import this_cpu  # noqa: E402
+from app.model_sources.files import embedded_model_path  # noqa: E402
 from bench.report import free_port, one_chat, running, streams_tokens_per_second  # noqa: E402
 
 

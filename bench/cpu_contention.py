@@ -7,10 +7,10 @@ llama.cpp's CPU threads meet at a barrier after every operation and spin there: 
 loses its core to another busy process (a second server, a batch job, a noisy neighbour on a shared
 node), every step waits for it to be scheduled again. The hog here is one process spinning on one
 core. The table shows what that costs with ``-t`` equal to the cores, what ``--poll 0`` saves
-(the threads sleep at a barrier instead of spinning: app/cpu_placement.py; llama-server's OpenMP
+(the threads sleep at a barrier instead of spinning: app/host/cpu_placement.py; llama-server's OpenMP
 build ignores its --poll), and that one thread fewer keeps most of the speed: which is why
 ``--threads`` defaults to the CPUs the container may use (its CPU set held to its cgroup CPU quota,
-app/host_cpus.py), not the host's cores. Each server runs alone
+app/host/cpus.py), not the host's cores. Each server runs alone
 (one slot, one stream, greedy); a row is the median decode tokens/s over ``--rounds``. Not a test.
 """
 
@@ -32,7 +32,7 @@ import requests
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from app.model_files import embedded_model_path  # noqa: E402
+from app.model_sources.files import embedded_model_path  # noqa: E402
 from bench.report import free_port, running  # noqa: E402
 
 PROMPT = "Write a short story about a lighthouse keeper who finds a message in a bottle."

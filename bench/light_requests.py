@@ -28,7 +28,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from app.model_files import embedded_model_path  # noqa: E402
+from app.model_sources.files import embedded_model_path  # noqa: E402
 from bench.python_ceiling import content_length, gunicorn_command  # noqa: E402
 
 
@@ -117,7 +117,7 @@ def light_rps(port: int, request: LightRequest, clients: int = 4, requests_each:
 
 
 def main() -> None:
-    from app.settings import parse_settings
+    from app.config.settings import parse_settings
     from bench.report import free_port, peer_command, running
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -1,5 +1,5 @@
 """llama-server, built from the llama.cpp that the pinned llama-cpp-python vendors, with the CPU
-flags of the project's own build (app/llama_build.py), for the benchmark to compare against.
+flags of the project's own build (app/host/llama_build.py), for the benchmark to compare against.
 
     .venv/bin/python bench/llama_server.py        # builds (once; cached) and prints the binary's path
 
@@ -21,7 +21,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from app.llama_build import cmake_args, pinned_version, this_cpu  # noqa: E402
+from app.host.llama_build import cmake_args, pinned_version, this_cpu  # noqa: E402
 
 SERVER_OPTIONS = ("-DCMAKE_BUILD_TYPE=Release", "-DLLAMA_USE_PREBUILT_UI=OFF", "-DLLAMA_BUILD_UI=OFF",
                   "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF", "-DLLAMA_CURL=OFF", "-DLLAMA_OPENSSL=OFF")

@@ -43,7 +43,7 @@ import requests
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from app.model_files import embedded_model_path  # noqa: E402
+from app.model_sources.files import embedded_model_path  # noqa: E402
 from bench.light_requests import LLAMA_SERVER_LIGHT, TEXT, TOKENS, LightRequest, light_rps  # noqa: E402
 
 QUESTIONS = [

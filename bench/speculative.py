@@ -25,7 +25,7 @@ import requests
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from app.model_files import embedded_model_path  # noqa: E402
+from app.model_sources.files import embedded_model_path  # noqa: E402
 from bench.report import free_port, running  # noqa: E402
 
 TEXT = (

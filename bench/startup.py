@@ -7,7 +7,7 @@ ours and llama-server take turns, so a slow spell of this shared machine falls o
 start and the medians' ratio. Most of a start is llama.cpp's (the model's load and the KV cache's
 allocation, which grows with ``--slots`` x context); this server adds the interpreter, gunicorn's
 master and the worker's imports before the load (its HTTP side is imported while the model loads:
-app/wiring.py). Not a test: timings on shared machines are noisy.
+app/server/wiring.py). Not a test: timings on shared machines are noisy.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from app.model_files import embedded_model_path  # noqa: E402
+from app.model_sources.files import embedded_model_path  # noqa: E402
 from bench.report import free_port, peer_command, running  # noqa: E402
 
 POLL_SECONDS = 0.005

@@ -22,8 +22,8 @@ from typing import Any
 from google.cloud import aiplatform_v1 as v1
 from google.protobuf import json_format, struct_pb2
 
+from app.vertex.predict import MAX_INSTANCES
 from gcp.deploy import Target, machine_spec
-from gcp.predict import MAX_INSTANCES
 
 DEFAULT_BATCH_SIZE = 64
 INPUT_FORMATS = ("jsonl", "file-list", "bigquery")

@@ -24,9 +24,9 @@ from typing import Any
 import requests
 from google.cloud import storage
 
+from app.model_sources.gcs import GcsUri, model_blobs
 from gcp.deploy import Target
 from gcp.gguf_header import GgufHeader, read_gguf_header
-from gcp.storage import GcsUri, model_blobs
 
 IAM_TROUBLESHOOTER_HOST = "https://policytroubleshooter.googleapis.com"
 CLOUD_QUOTAS_HOST = "https://cloudquotas.googleapis.com"

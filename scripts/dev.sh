@@ -6,7 +6,7 @@
 #   bash scripts/dev.sh install                         install only
 #   bash scripts/dev.sh wheel                           build (or find) the llama-cpp-python wheel; print its path
 #
-# llama-cpp-python has no wheels on PyPI and compiles from source. app/llama_build.py owns the build
+# llama-cpp-python has no wheels on PyPI and compiles from source. app/host/llama_build.py owns the build
 # flags: by default the portable build (on x86-64, every CPU variant of ggml as a loadable library,
 # the best one picked at start-up; see the README's "CPUs, GPUs and the llama.cpp build").
 #   LLAMA_CPU_TARGET=host   build for exactly this machine's CPU instead (faster to build)
@@ -18,14 +18,14 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="$ROOT/.venv"
 PYTHON_BIN="${PYTHON:-python3}"
-LLAMA_CPP_VERSION=$("$PYTHON_BIN" "$ROOT/app/llama_build.py" version)  # pinned once, in pyproject.toml
+LLAMA_CPP_VERSION=$("$PYTHON_BIN" "$ROOT/app/host/llama_build.py" version)  # pinned once, in pyproject.toml
 CACHE_ROOT="${XDG_CACHE_HOME:-$HOME/.cache}/vertex-llama/wheels"
 
 log() { printf '[dev] %s\n' "$*" >&2; }
 
 if [ -z "${LLAMA_CMAKE_ARGS:-}" ]; then
   # stdlib only, so it runs before the virtual environment exists; it refuses platforms it has no build for
-  LLAMA_CMAKE_ARGS=$("$PYTHON_BIN" "$ROOT/app/llama_build.py" cmake-args --target "${LLAMA_CPU_TARGET:-portable}") \
+  LLAMA_CMAKE_ARGS=$("$PYTHON_BIN" "$ROOT/app/host/llama_build.py" cmake-args --target "${LLAMA_CPU_TARGET:-portable}") \
     || { log "no llama.cpp build for this machine ($(uname -sm))"; exit 1; }
 fi
 

@@ -35,8 +35,8 @@ prepare() {
   # the toolkit through the environment (FindCUDAToolkit and CMake read these), so the flags, and the
   # wheel's cache key, are the same wherever it lies: the Dockerfile's CUDA stage uses the same flags
   export PATH="$toolkit/bin:$PATH" CUDAToolkit_ROOT="$toolkit" CUDACXX="$toolkit/bin/nvcc"
-  version=$("$HERE_PYTHON" "$ROOT/app/llama_build.py" version --pyproject "$ROOT/pyproject.toml")
-  cpu_flags=$("$HERE_PYTHON" "$ROOT/app/llama_build.py" cmake-args --target portable)
+  version=$("$HERE_PYTHON" "$ROOT/app/host/llama_build.py" version --pyproject "$ROOT/pyproject.toml")
+  cpu_flags=$("$HERE_PYTHON" "$ROOT/app/host/llama_build.py" cmake-args --target portable)
   flags="$cpu_flags -DGGML_CUDA=on -DCMAKE_CUDA_ARCHITECTURES=$CUDA_ARCHITECTURES"
   work=$(mktemp -d)
   trap 'rm -rf "$work"' RETURN

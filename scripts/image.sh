@@ -110,7 +110,7 @@ stage_wheel() {
     log "this machine ($os $(uname -m)) is not the image's Debian 12 x86-64: the image compiles llama-cpp-python itself"
     return 0
   fi
-  flags=$("${PYTHON:-python3}" "$ROOT/app/llama_build.py" cmake-args --target portable)
+  flags=$("${PYTHON:-python3}" "$ROOT/app/host/llama_build.py" cmake-args --target portable)
   if [ "$variant" = cpu ]; then
     wheel=$(LLAMA_CPU_TARGET=portable bash "$ROOT/scripts/dev.sh" wheel)
   else

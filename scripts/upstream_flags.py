@@ -1,4 +1,4 @@
-"""Write llama-server's flag table (app/upstream_flags.json) from common/arg.cpp of the llama.cpp that
+"""Write llama-server's flag table (app/config/upstream_flags.json) from common/arg.cpp of the llama.cpp that
 the pinned llama-cpp-python vendors.
 
     python scripts/upstream_flags.py [path/to/llama.cpp/common/arg.cpp]
@@ -22,7 +22,7 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-TABLE = ROOT / "app" / "upstream_flags.json"
+TABLE = ROOT / "app" / "config" / "upstream_flags.json"
 STRING = re.compile(r'"((?:[^"\\]|\\.)*)"')
 
 
@@ -93,7 +93,7 @@ def read_table(arg_cpp: str) -> list[dict[str, object]]:
 
 
 def pinned_arg_cpp() -> str:
-    version = subprocess.run([sys.executable, str(ROOT / "app" / "llama_build.py"), "version"], check=True,
+    version = subprocess.run([sys.executable, str(ROOT / "app" / "host" / "llama_build.py"), "version"], check=True,
                              capture_output=True, text=True).stdout.strip()
     with tempfile.TemporaryDirectory() as scratch:
         subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
@@ -108,8 +108,8 @@ def pinned_arg_cpp() -> str:
 
 def write_readme() -> None:
     sys.path.insert(0, str(ROOT))
-    from app.settings import EXTENSIONS, UNIMPLEMENTED
-    from app.upstream_flags import readme_section
+    from app.config.settings import EXTENSIONS, UNIMPLEMENTED
+    from app.config.upstream_flags import readme_section
 
     readme = ROOT / "README.md"
     text = readme.read_text()

@@ -13,7 +13,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from app.engine.backend import BatchToken
 from app.engine.llama import LlamaBackend, LlamaConfig, loaded_cpu_variant
 from app.engine.types import SamplingParams
-from app.model_files import embedded_model_path
+from app.model_sources.files import embedded_model_path
 
 
 def main(n_tokens: int = 8) -> None:

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 from flask.testing import FlaskClient
 
+from app.config.settings import parse_settings
 from app.engine.backend import Backend
-from app.settings import parse_settings
-from app.wiring import Application, build_application
+from app.server.wiring import Application, build_application
 from tests.fakes import MARK, FakeBackend, FakeVocabulary, encode
 
 N_CTX_SEQ = 256

@@ -8,9 +8,6 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from app.api import ApiReply, ApiRequest, SseEvent
-from app.context import ServerContext
-from app.errors import InvalidRequestError
 from app.handlers.chat_pipeline import (
     ChatBody,
     ChatChoice,
@@ -21,6 +18,7 @@ from app.handlers.chat_pipeline import (
     run_chat,
     submit_chat,
 )
+from app.handlers.context import ServerContext
 from app.handlers.generation import ping_interval, stream_reply
 from app.handlers.params import validate_body
 from app.handlers.shapes import (
@@ -33,6 +31,8 @@ from app.handlers.shapes import (
     verbose_answer,
 )
 from app.handlers.tools import plan_tools
+from app.protocol.api import ApiReply, ApiRequest, SseEvent
+from app.protocol.errors import InvalidRequestError
 
 
 def post_apply_template(ctx: ServerContext, request: ApiRequest) -> ApiReply:

@@ -11,10 +11,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from app.context import ServerContext
 from app.engine import Completion, FinishReason, GenerationRequest, TokenChunk
 from app.engine.types import MediaChunk, ReasoningBudget, TokenProbs
-from app.errors import InvalidRequestError
+from app.handlers.context import ServerContext
 from app.handlers.generation import JobGroup, Streamed
 from app.handlers.media import SOURCE_FIELD, MediaItem, decode_base64, media_from_url, media_marker, tokenize_with_media
 from app.handlers.params import GenerationFields, completions_count, generation_request, grammar_for
@@ -32,6 +31,7 @@ from app.handlers.tools import (
     plan_tools,
     template_renders_tools,
 )
+from app.protocol.errors import InvalidRequestError
 
 Role = Literal["system", "developer", "user", "assistant", "tool", "function"]
 

@@ -7,10 +7,8 @@ from typing import Any
 
 from pydantic import Field
 
-from app.api import ApiReply, ApiRequest, SseEvent
-from app.context import ServerContext
 from app.engine import Completion, GenerationRequest, TokenChunk
-from app.errors import InvalidRequestError
+from app.handlers.context import ServerContext
 from app.handlers.generation import JobGroup, Streamed, ping_interval, stream_reply
 from app.handlers.media import prompt_object
 from app.handlers.params import GenerationFields, completions_count, generation_request, validate_body
@@ -29,6 +27,8 @@ from app.handlers.shapes import (
     usage_body,
     verbose_answer,
 )
+from app.protocol.api import ApiReply, ApiRequest, SseEvent
+from app.protocol.errors import InvalidRequestError
 
 
 class CompletionBody(GenerationFields):

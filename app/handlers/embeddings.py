@@ -14,13 +14,13 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from app.api import ApiReply, ApiRequest
-from app.context import ServerContext
 from app.engine import EmbeddingResult
-from app.errors import InvalidRequestError
+from app.handlers.context import ServerContext
 from app.handlers.generation import wait_for
 from app.handlers.params import validate_body
 from app.handlers.prompts import is_single_prompt, tokenize_prompt
+from app.protocol.api import ApiReply, ApiRequest
+from app.protocol.errors import InvalidRequestError
 
 
 def normalize(vector: list[float], norm: int) -> list[float]:

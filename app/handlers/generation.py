@@ -13,7 +13,6 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from app.api import ApiReply, SseEvent
 from app.engine import (
     CancelledError,
     Completion,
@@ -23,6 +22,7 @@ from app.engine import (
     Job,
     JobEvent,
 )
+from app.protocol.api import ApiReply, SseEvent
 
 POLL_SECONDS = 0.1
 T = TypeVar("T")

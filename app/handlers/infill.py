@@ -7,13 +7,13 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from app.api import ApiReply, ApiRequest
-from app.context import ServerContext
 from app.engine import Vocabulary
-from app.errors import InvalidRequestError, NotSupportedError
 from app.handlers.completions import native_body, native_stream
+from app.handlers.context import ServerContext
 from app.handlers.generation import JobGroup, ping_interval, stream_reply
 from app.handlers.params import GenerationFields, completions_count, generation_request, validate_body
+from app.protocol.api import ApiReply, ApiRequest
+from app.protocol.errors import InvalidRequestError, NotSupportedError
 
 SNIPPET_SEPARATOR = "\n\n--- snippet ---\n\n"
 

@@ -6,9 +6,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, RootModel
 
-from app.api import ApiReply, ApiRequest
-from app.context import ServerContext
-from app.errors import InvalidRequestError
+from app.handlers.context import ServerContext
+from app.protocol.api import ApiReply, ApiRequest
+from app.protocol.errors import InvalidRequestError
 
 
 class LoraScale(BaseModel):

@@ -14,10 +14,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from app.context import ServerContext
 from app.engine.errors import MediaError
 from app.engine.types import MediaChunk
-from app.errors import InvalidRequestError
+from app.handlers.context import ServerContext
+from app.protocol.errors import InvalidRequestError
 
 FETCH_TIMEOUT_SECONDS = 10.0
 SOURCE_FIELD = "source_field"  # set by a dialect that converts its media parts into chat parts

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from app.api import ApiReply, ApiRequest
-from app.context import ServerContext
-from app.openapi import openapi_document
+from app.handlers.context import ServerContext
+from app.protocol.api import ApiReply, ApiRequest
+from app.protocol.openapi import openapi_document
 
 
 def get_openapi(ctx: ServerContext, request: ApiRequest) -> ApiReply:

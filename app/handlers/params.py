@@ -14,14 +14,14 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from app.context import ServerContext
 from app.engine import GenerationRequest, SamplingParams
+from app.engine.json_schema import schema_grammar
 from app.engine.types import MediaChunk, SpeculativeParams
-from app.errors import InvalidRequestError
-from app.handlers.json_schema import schema_grammar
+from app.handlers.context import ServerContext
 from app.handlers.lora import scales_from
 from app.handlers.request_limits import check_costs, check_logit_bias
 from app.handlers.sampling import SamplingOverrides, overridden, sampler_order, seed_of
+from app.protocol.errors import InvalidRequestError
 
 log = logging.getLogger(__name__)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from app.engine import Vocabulary
-from app.errors import InvalidRequestError
+from app.protocol.errors import InvalidRequestError
 
 
 def _is_token(value: Any) -> bool:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from app.errors import InvalidRequestError
+from app.protocol.errors import InvalidRequestError
 
 MAX_N_PROBS = 100  # n_probs (and OpenAI logprobs / top_logprobs, which become it)
 MAX_STOP_STRINGS = 64  # stop (Anthropic stop_sequences)

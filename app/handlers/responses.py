@@ -10,9 +10,6 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag
 
-from app.api import ApiReply, ApiRequest, SseEvent
-from app.context import ServerContext
-from app.errors import InvalidRequestError
 from app.handlers.chat_pipeline import (
     ChatBody,
     ChatChoice,
@@ -23,10 +20,13 @@ from app.handlers.chat_pipeline import (
     run_chat,
     submit_chat,
 )
+from app.handlers.context import ServerContext
 from app.handlers.generation import ping_interval, stream_reply
 from app.handlers.media import SOURCE_FIELD
 from app.handlers.params import validate_body
 from app.handlers.shapes import random_id, timings_body
+from app.protocol.api import ApiReply, ApiRequest, SseEvent
+from app.protocol.errors import InvalidRequestError
 
 
 class TextPart(BaseModel):

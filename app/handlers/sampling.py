@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from app.engine import RANDOM_SEED, SamplingParams
 from app.engine.types import SAMPLER_LETTERS, SAMPLER_NAMES, sampler_names
-from app.errors import InvalidRequestError
+from app.protocol.errors import InvalidRequestError
 
 # Fields whose wire form differs from the engine's; the request schema declares them itself.
 TRANSLATED = frozenset({"seed", "logit_bias", "samplers", "dry_sequence_breakers", "grammar", "n_probs"})

@@ -5,12 +5,12 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from app.api import ApiReply, ApiRequest
-from app.context import ServerContext
 from app.engine import GenerationRequest, SlotView
-from app.errors import UnavailableError
+from app.handlers.context import ServerContext
 from app.handlers.shapes import generation_settings, slot_metrics
-from app.metrics import CONTENT_TYPE
+from app.protocol.api import ApiReply, ApiRequest
+from app.protocol.errors import UnavailableError
+from app.protocol.metrics import CONTENT_TYPE
 
 
 def get_health(ctx: ServerContext, request: ApiRequest) -> ApiReply:

@@ -8,9 +8,9 @@ import time
 from dataclasses import asdict
 from typing import Any
 
-from app.context import ServerContext
 from app.engine import Completion, FinishReason, GenerationRequest, Timings, TokenChunk, Vocabulary
 from app.engine.types import TokenProbs
+from app.handlers.context import ServerContext
 
 _ALPHANUMERIC = string.ascii_letters + string.digits
 

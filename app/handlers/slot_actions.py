@@ -7,9 +7,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from app.api import ApiReply, ApiRequest
-from app.context import ServerContext
-from app.errors import InvalidRequestError
+from app.handlers.context import ServerContext
+from app.protocol.api import ApiReply, ApiRequest
+from app.protocol.errors import InvalidRequestError
 
 ACTIONS = ("save", "restore", "erase")
 
@@ -52,7 +52,7 @@ def post_slot_action(ctx: ServerContext, request: ApiRequest) -> ApiReply:
     if not isinstance(filename, str) or not valid_filename(filename):
         raise InvalidRequestError("Invalid filename")
     directory = ctx.settings.slot_save_path
-    assert directory is not None  # the route requires --slot-save-path (app/routes.py)
+    assert directory is not None  # the route requires --slot-save-path (app/handlers/routes.py)
     path = os.path.join(directory, filename)
     if action == "save":
         saved = ctx.engine.save_slot(slot, path)

@@ -1,4 +1,4 @@
-"""Resuming a stream (llama-server's ``/v1/stream`` API; the sessions are app/stream_sessions.py):
+"""Resuming a stream (llama-server's ``/v1/stream`` API; the sessions are app/protocol/stream_sessions.py):
 replay a conversation's stream from a byte offset and follow it, find sessions by id, cancel one."""
 
 from __future__ import annotations
@@ -7,11 +7,11 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from app.api import ApiReply, ApiRequest
-from app.context import ServerContext
-from app.errors import InvalidRequestError, NotFoundError
+from app.handlers.context import ServerContext
 from app.handlers.params import validate_body
-from app.stream_sessions import OffsetLost
+from app.protocol.api import ApiReply, ApiRequest
+from app.protocol.errors import InvalidRequestError, NotFoundError
+from app.protocol.stream_sessions import OffsetLost
 
 
 class LookupBody(BaseModel):

@@ -6,11 +6,11 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from app.api import ApiReply, ApiRequest
-from app.context import ServerContext
-from app.errors import InvalidRequestError
+from app.handlers.context import ServerContext
 from app.handlers.params import validate_body
 from app.handlers.prompts import tokenize_prompt
+from app.protocol.api import ApiReply, ApiRequest
+from app.protocol.errors import InvalidRequestError
 
 
 class TokenizeBody(BaseModel):

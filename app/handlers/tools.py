@@ -25,8 +25,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from app.engine import Vocabulary
-from app.errors import InvalidRequestError
-from app.handlers.json_schema import schema_grammar
+from app.engine.json_schema import schema_grammar
+from app.protocol.errors import InvalidRequestError
 
 
 class FunctionSpec(BaseModel):

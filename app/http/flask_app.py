@@ -12,8 +12,15 @@ from typing import Any
 from flask import Flask, Response, g, request
 from werkzeug.exceptions import ClientDisconnected, HTTPException, MethodNotAllowed, NotFound, RequestEntityTooLarge
 
-from app.api import ApiReply, ApiRequest, Route
-from app.errors import (
+from app.http.access_log import install_access_log
+from app.http.connection import close_after_response
+from app.http.cors import DEFAULT_CORS, CorsPolicy
+from app.http.disconnect import disconnect_probe
+from app.http.middleware import install_middleware
+from app.http.render import sse_body, to_response
+from app.http.static_site import StaticSite
+from app.protocol.api import ApiReply, ApiRequest, Route
+from app.protocol.errors import (
     ApiError,
     InvalidRequestError,
     MethodNotAllowedError,
@@ -22,15 +29,8 @@ from app.errors import (
     RequestTimeoutError,
     UnavailableError,
 )
-from app.http.access_log import install_access_log
-from app.http.connection import close_after_response
-from app.http.cors import DEFAULT_CORS, CorsPolicy
-from app.http.disconnect import disconnect_probe
-from app.http.middleware import install_middleware
-from app.http.render import sse_body, to_response
-from app.http.static_site import StaticSite
-from app.stream_sessions import HEADER as SESSION_HEADER
-from app.stream_sessions import StreamSession, StreamSessions, TooManySessions
+from app.protocol.stream_sessions import HEADER as SESSION_HEADER
+from app.protocol.stream_sessions import StreamSession, StreamSessions, TooManySessions
 
 log = logging.getLogger(__name__)
 

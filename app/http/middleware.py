@@ -8,10 +8,10 @@ from collections.abc import Callable, Collection
 
 from flask import Flask, Response, request
 
-from app.api import ApiReply
-from app.errors import AuthenticationError, UnavailableError
 from app.http.cors import DEFAULT_CORS, CorsPolicy
 from app.http.render import to_response
+from app.protocol.api import ApiReply
+from app.protocol.errors import AuthenticationError, UnavailableError
 
 
 def _presented_key() -> str:

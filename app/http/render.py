@@ -11,8 +11,8 @@ from typing import Any
 
 from flask import Response
 
-from app.api import ApiReply, SseEvent
-from app.errors import error_object, is_expected
+from app.protocol.api import ApiReply, SseEvent
+from app.protocol.errors import error_object, is_expected
 
 log = logging.getLogger(__name__)
 

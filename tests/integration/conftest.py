@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from app.model_files import embedded_model_path
+from app.model_sources.files import embedded_model_path
 
 ROOT = Path(__file__).resolve().parents[2]
 STARTUP_SECONDS = 120
@@ -157,7 +157,7 @@ def storage_emulator() -> Iterator[str]:
 def model_in_storage() -> Iterator[tuple[str, str]]:
     """The embedded model in a bucket of the storage emulator: (the emulator's address, the gs:// URI).
     A server loading it answers while it downloads, as on Vertex AI: a local 92 MB model can load
-    before the worker has imported its HTTP side (app/wiring.py), leaving no 503 to see."""
+    before the worker has imported its HTTP side (app/server/wiring.py), leaving no 503 to see."""
     with storage_emulator() as host:
         from google.cloud import storage
 

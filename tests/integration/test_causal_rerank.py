@@ -16,7 +16,7 @@ from pathlib import Path
 import gguf
 import requests
 
-from app.model_files import embedded_model_path
+from app.model_sources.files import embedded_model_path
 from tests.integration.conftest import start
 from tests.models import with_metadata
 

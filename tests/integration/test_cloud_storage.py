@@ -14,9 +14,9 @@ import pytest
 import requests
 from gguf.scripts.gguf_new_metadata import copy_with_new_metadata, get_field_data
 
-import gcp.storage as storage_module
-from app.model_files import embedded_model_path
-from gcp.storage import fetch_model
+import app.model_sources.gcs as storage_module
+from app.model_sources.files import embedded_model_path
+from app.model_sources.gcs import fetch_model
 from tests.integration.conftest import Server, launch, start, storage_emulator
 from tests.projectors import make_vision_projector
 

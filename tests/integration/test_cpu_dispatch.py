@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from app.llama_build import this_cpu
+from app.host.llama_build import this_cpu
 from tests.integration.conftest import ROOT
 
 pytestmark = pytest.mark.skipif(platform.machine() != "x86_64", reason="the x86-64 CPU variants")

@@ -52,10 +52,10 @@ def test_llama_cpp_threads_placed_waiting_passively_at_low_priority(tmp_path: Pa
 
 
 def test_libgomp_reads_the_settings_made_before_llama_cpp_loads() -> None:
-    """The order app/cli.py relies on: variables set by prepare_process, then the import that loads
+    """The order app/server/cli.py relies on: variables set by prepare_process, then the import that loads
     libgomp, which takes them (OMP_PROC_BIND is the one it can be asked about)."""
     probe = (
-        "import ctypes, os; from app.cpu_placement import prepare_process; "
+        "import ctypes, os; from app.host.cpu_placement import prepare_process; "
         "prepare_process(frozenset(os.sched_getaffinity(0)), True, 50, 0); import llama_cpp; "
         "omp = ctypes.CDLL('libgomp.so.1'); print(omp.omp_get_proc_bind())"
     )

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import requests
 
-from app.settings import OPTIONS
+from app.config.settings import OPTIONS
 from gcp import operations
 from gcp.cli import main
 from tests.integration.conftest import ROOT, Server, clean_environment, start, storage_emulator

@@ -16,7 +16,7 @@ import openai
 import pytest
 import requests
 
-from app.model_files import embedded_model_path
+from app.model_sources.files import embedded_model_path
 from tests.integration.conftest import Server, start
 from tests.models import make_lora, make_reranker
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from app.model_files import embedded_model_path
+from app.model_sources.files import embedded_model_path
 from tests.hub_standin import hub_standin
 from tests.integration.conftest import launch, start
 from tests.projectors import make_vision_projector

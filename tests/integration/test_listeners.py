@@ -149,7 +149,7 @@ def keep_alive_requests(port: int, target: bytes, stop: threading.Event, served:
 
 def test_keep_alive_connections_that_never_pause_do_not_starve_a_newcomer(server_dir: Path) -> None:
     """A request thread serves the next request of its keep-alive connection itself when it comes at
-    once (app/gunicorn_server.py): never while that would leave no thread for anyone else. Here more
+    once (app/server/gunicorn_server.py): never while that would leave no thread for anyone else. Here more
     connections than request threads (-np 1: 5) send requests back to back; each of them and a new
     connection still get answers."""
     server = launch(server_dir, [*BASE_ARGS, "--threads-http", "1"])

@@ -16,11 +16,11 @@ import pytest
 import requests
 from werkzeug.serving import make_server
 
+from app.config.settings import parse_settings
 from app.engine import DecodeError
 from app.engine.llama import LlamaBackend, LlamaConfig
-from app.model_files import embedded_model_path
-from app.settings import parse_settings
-from app.wiring import build_application
+from app.model_sources.files import embedded_model_path
+from app.server.wiring import build_application
 from tests.integration.conftest import Server, start
 
 CLIENTS = 32

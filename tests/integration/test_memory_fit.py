@@ -7,7 +7,7 @@ from pathlib import Path
 
 import requests
 
-from app.host_memory import available_memory_bytes
+from app.host.memory import available_memory_bytes
 from tests.integration.conftest import start
 
 MIB = 1 << 20

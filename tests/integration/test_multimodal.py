@@ -22,7 +22,7 @@ import pytest
 import requests
 from PIL import Image
 
-from app.model_files import embedded_model_path
+from app.model_sources.files import embedded_model_path
 from tests.integration.conftest import Server, launch, start
 from tests.projectors import make_audio_projector, make_vision_projector
 

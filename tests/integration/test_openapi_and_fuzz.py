@@ -13,7 +13,7 @@ import schemathesis
 from hypothesis import HealthCheck, given, settings
 from schemathesis.core.result import Ok
 
-from app.routes import ROUTES
+from app.handlers.routes import ROUTES
 from tests.integration.conftest import Server, start
 
 

@@ -11,7 +11,7 @@ from typing import Any
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
-from app.model_files import embedded_model_path
+from app.model_sources.files import embedded_model_path
 from bench.speculative import TEXT as EDIT_TEXT
 from tests.integration.conftest import Server, launch, start
 from tests.models import make_reranker

@@ -15,7 +15,7 @@ import pytest
 import requests
 from openai.types.chat import ChatCompletionFunctionToolParam, ChatCompletionMessageFunctionToolCall
 
-from app.model_files import embedded_model_path
+from app.model_sources.files import embedded_model_path
 from tests.integration.conftest import ROOT, Server, start
 
 HERMES = ROOT / "tests" / "data" / "hermes_tools.jinja"

@@ -1,7 +1,7 @@
 """A worker that dies of a signal, in a real server: while loading the model it stops the server
 with the cause in the log (no reboot loop); after serving it is restarted a few times, then the
 server stops; and no answer is ever cut between its status line and its body. The crashes come
-through the backend seam (app/fault_injection.py)."""
+through the backend seam (app/server/fault_injection.py)."""
 
 from __future__ import annotations
 
@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 import requests
 
-from app.fault_injection import CRASH_VARIABLE
-from app.llama_build import this_cpu
-from app.worker_crashes import RESTART_LIMIT
+from app.host.llama_build import this_cpu
+from app.server.fault_injection import CRASH_VARIABLE
+from app.server.worker_crashes import RESTART_LIMIT
 from tests.integration.conftest import Server, launch
 
 EXIT_SECONDS = 60  # the restart loop this replaces never exited at all

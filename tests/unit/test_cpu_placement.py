@@ -1,4 +1,4 @@
-"""--cpu-mask, --cpu-range, --cpu-strict, --poll, --prio: parsing and what they set (app/cpu_placement.py)."""
+"""--cpu-mask, --cpu-range, --cpu-strict, --poll, --prio: parsing and what they set (app/host/cpu_placement.py)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import os
 
 import pytest
 
-from app.cpu_placement import PlacementError, compute_cpus, openmp_environment, parse_cpu_mask, parse_cpu_range
-from app.settings import SettingsError, parse_settings
+from app.config.settings import SettingsError, parse_settings
+from app.host.cpu_placement import PlacementError, compute_cpus, openmp_environment, parse_cpu_mask, parse_cpu_range
 
 
 def test_masks_and_ranges_read_as_llama_cpp_reads_them() -> None:

@@ -12,7 +12,7 @@ from app.engine import (
     NotReadyError,
     OverloadedError,
 )
-from app.errors import (
+from app.protocol.errors import (
     AuthenticationError,
     InvalidRequestError,
     MethodNotAllowedError,

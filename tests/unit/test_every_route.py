@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from flask.testing import FlaskClient
 
-from app.routes import ROUTES
-from app.wiring import Application
+from app.handlers.routes import ROUTES
+from app.server.wiring import Application
 from tests.inprocess import PROMPT, make_application
 
 CHAT = {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4}

@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from app.api import ApiReply, ApiRequest, InvalidRequestError, Route, SseEvent, guard
-from app.routes import ROUTES
-from gcp import AliasTable, VertexEnvironmentError, derive_alias, read_vertex_environment, vertex_routes
-from gcp.environment import VertexEnvironment
+from app.handlers.routes import ROUTES
+from app.protocol.api import ApiReply, ApiRequest, InvalidRequestError, Route, SseEvent, guard
+from app.vertex import AliasTable, VertexEnvironmentError, derive_alias, read_vertex_environment, vertex_routes
+from app.vertex.environment import VertexEnvironment
 
 
 @pytest.mark.parametrize(

@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from app.host_cpus import cpu_quota, usable_cpus
-from app.settings import parse_settings
+from app.config.settings import parse_settings
+from app.host.cpus import cpu_quota, usable_cpus
 
 
 def test_cgroup_v2_quota(tmp_path: Path) -> None:

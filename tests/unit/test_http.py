@@ -8,9 +8,9 @@ from collections.abc import Iterator
 import pytest
 from flask.testing import FlaskClient
 
-from app.api import ApiReply, ApiRequest, InvalidRequestError, Route, SseEvent, guard
 from app.http import CorsPolicy, create_app
 from app.http.flask_app import flask_rule
+from app.protocol.api import ApiReply, ApiRequest, InvalidRequestError, Route, SseEvent, guard
 
 
 def stream_then_fail(request: ApiRequest) -> ApiReply:

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from app.hub import HubError, plan_files, split_repo_tag
-from app.settings import SettingsError, parse_settings
+from app.config.settings import SettingsError, parse_settings
+from app.model_sources.hub import HubError, plan_files, split_repo_tag
 
 FILES = ["README.md", "model-Q8_0.gguf", "model-Q4_K_M.gguf", "model-f16.gguf", "mmproj-model-f16.gguf",
          "mmproj-model-Q8_0.gguf", "imatrix.gguf", "big/model-Q2_K-00001-of-00003.gguf",

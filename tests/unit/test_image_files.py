@@ -11,7 +11,7 @@ from pathlib import Path
 import yaml
 from dockerfile_parse import DockerfileParser
 
-from app.llama_build import BUILD_RECORD, X86_OPTIONS, pinned_version
+from app.host.llama_build import BUILD_RECORD, X86_OPTIONS, pinned_version
 from gcp import deploy
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -68,12 +68,12 @@ def test_cuda_build_flags() -> None:
 
 def test_both_image_variants_take_the_portable_cpu_flags_from_the_one_owner() -> None:
     """No x86 feature flag is written into the Dockerfile: the CPU side of both variants is what
-    app/llama_build.py prints (runtime dispatch), and the flags are recorded where the server
+    app/host/llama_build.py prints (runtime dispatch), and the flags are recorded where the server
     reads them."""
     text = (ROOT / "Dockerfile").read_text()
     for option in X86_OPTIONS:
         assert f"-DGGML_{option}=" not in text, option
-    assert "COPY app/llama_build.py pyproject.toml /tmp/" in text
+    assert "COPY app/host/llama_build.py pyproject.toml /tmp/" in text
     build = next(line for line in instructions("RUN") if "pip wheel" in line)
     assert "$(python3.11 /tmp/llama_build.py cmake-args)" in build and "${GPU_CMAKE_ARGS}" in build
     assert f"/opt/venv/{BUILD_RECORD}" in build

@@ -1,4 +1,4 @@
-"""The CPU-feature to build-flag rules of app/llama_build.py, over /proc/cpuinfo texts of the CPUs
+"""The CPU-feature to build-flag rules of app/host/llama_build.py, over /proc/cpuinfo texts of the CPUs
 Vertex AI and the development machines run on."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from app.llama_build import (
+from app.host.llama_build import (
     DYNAMIC_DISPATCH,
     Cpu,
     UnsupportedPlatformError,
@@ -115,7 +115,7 @@ def test_the_script_prints_the_arguments_the_install_script_uses(tmp_path: Path)
     info = tmp_path / "cpuinfo"
     info.write_text(cpuinfo("AMD EPYC 7B12", AMD_AVX2))
     here = parse_cpuinfo(info.read_text(), platform.system(), platform.machine())
-    script = [sys.executable, str(ROOT / "app" / "llama_build.py"), "cmake-args", "--cpuinfo", str(info)]
+    script = [sys.executable, str(ROOT / "app" / "host" / "llama_build.py"), "cmake-args", "--cpuinfo", str(info)]
     for target in ("portable", "host"):
         printed = subprocess.run([*script, "--target", target], capture_output=True, text=True, check=True)
         assert tuple(printed.stdout.split()) == cmake_args(here, target)

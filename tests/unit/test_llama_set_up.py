@@ -1,6 +1,6 @@
 """llama.cpp's process-wide set-up (app/engine/llama/ggml.py, ``set_up_llama_cpp``): done once however
 many threads ask, retried after a failure, and started by the worker on a thread of its own before
-its engine exists (app/gunicorn_server.py), so that ggml's scan of its CPU variants runs beside the
+its engine exists (app/server/gunicorn_server.py), so that ggml's scan of its CPU variants runs beside the
 worker's imports."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-import app.gunicorn_server as gunicorn_server
+import app.server.gunicorn_server as gunicorn_server
 from app.engine.errors import ModelLoadError
 from app.engine.lazy import lazy_exports
 from app.engine.llama import ggml
@@ -102,9 +102,9 @@ def test_the_worker_sets_up_llama_cpp_on_its_own_thread_before_its_engine() -> N
     builds makes no backend at all, so only that thread can have set llama.cpp up."""
     probe = """
 import shutil, sys, threading, types
-from app.cli import gunicorn_options
-from app.gunicorn_server import ContainerServer
-from app.settings import parse_settings
+from app.server.cli import gunicorn_options
+from app.server.gunicorn_server import ContainerServer
+from app.config.settings import parse_settings
 
 def build_application(settings, model_path, vertex, make_backend, on_ready):
     for thread in threading.enumerate():
@@ -114,9 +114,9 @@ def build_application(settings, model_path, vertex, make_backend, on_ready):
     print(ggml._set_up, ggml._open_ggml(ggml._lib_dir()).ggml_backend_dev_by_type(ggml.GGML_DEVICE_CPU) is not None)
     return types.SimpleNamespace(flask=None)
 
-wiring = types.ModuleType("app.wiring")
+wiring = types.ModuleType("app.server.wiring")
 wiring.build_application = build_application
-sys.modules["app.wiring"] = wiring
+sys.modules["app.server.wiring"] = wiring
 settings = parse_settings([], {})
 server = ContainerServer(settings, "/models/fake.gguf", None, gunicorn_options(settings, 0))
 try:

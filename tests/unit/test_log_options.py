@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from app.cli import log_options
-from app.logs import LogOptions, configure_logging
-from app.settings import parse_settings
+from app.config.settings import parse_settings
+from app.server.cli import log_options
+from app.server.logs import LogOptions, configure_logging
 
 
 @pytest.fixture(autouse=True)

@@ -13,10 +13,10 @@ from typing import Any, cast
 
 import pytest
 
-from app.context import ServerContext
-from app.errors import InvalidRequestError
+from app.config.settings import parse_settings
+from app.handlers.context import ServerContext
 from app.handlers.media import media_from_url
-from app.settings import parse_settings
+from app.protocol.errors import InvalidRequestError
 
 PAYLOAD = b"\x89PNG fake image bytes" * 10
 

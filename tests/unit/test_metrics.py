@@ -8,8 +8,8 @@ from collections.abc import Iterator
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from app.metrics import METRICS
-from app.wiring import Application
+from app.protocol.metrics import METRICS
+from app.server.wiring import Application
 from tests.inprocess import PROMPT, make_application
 
 

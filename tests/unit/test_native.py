@@ -17,7 +17,7 @@ from app.engine.llama import vocab as vocab_module
 from app.engine.llama.bindings import lc
 from app.engine.llama.ggml import GGML_LOG_CONT, GGML_LOG_LEVELS, llama_log, lowest_logged_level, python_log_level
 from app.engine.llama.vocab import LlamaVocabulary
-from app.model_files import embedded_model_path
+from app.model_sources.files import embedded_model_path
 
 NONE, DEBUG, INFO, WARN, ERROR = GGML_LOG_LEVELS
 
@@ -106,7 +106,7 @@ def test_the_filter_level_is_the_lowest_python_would_log(verbose: bool, logger_l
 
 @pytest.mark.usefixtures("log_levels")
 def test_the_filter_levels_of_the_servers_log_settings() -> None:
-    """app/logs.py sets the llama.cpp logger to WARNING unless -v: then errors only (and warnings
+    """app/server/logs.py sets the llama.cpp logger to WARNING unless -v: then errors only (and warnings
     with verbose); -v (NOTSET under a DEBUG root): every line, llama.cpp's plain LLAMA_LOG included."""
     llama_log.setLevel(logging.WARNING)
     assert (lowest_logged_level(False), lowest_logged_level(True)) == (ERROR, WARN)

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from app.cli import prepare
-from app.model_files import ModelFileError, local_projector
+from app.model_sources.files import ModelFileError, local_projector
+from app.server.cli import prepare
 
 
 def gguf(path: Path) -> Path:

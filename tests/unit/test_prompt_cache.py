@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
+from app.config.settings import parse_settings
 from app.engine import Completion, Engine, EngineOptions, GenerationRequest
 from app.engine.backend import SequenceState
 from app.engine.prompt_cache import PromptCache
 from app.engine.slots import Job
-from app.host_memory import available_memory_bytes
-from app.settings import parse_settings
+from app.host.memory import available_memory_bytes
 from tests.fakes import FakeBackend, completion_of, encode, running_engine
 
 LONG_A = "A system prompt that many requests share, " * 4 + "first question>"

@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
-from app.chat_template import CHATML, ChatTemplate, TemplateChoice, TemplateError, choose_template
-from app.errors import InvalidRequestError
 from app.handlers.prompts import is_single_prompt, split_prompts, tokenize_prompt
+from app.protocol.errors import InvalidRequestError
+from app.templating.chat_template import CHATML, ChatTemplate, TemplateChoice, TemplateError, choose_template
 from tests.fakes import FakeVocabulary, encode
 
 

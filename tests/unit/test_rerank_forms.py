@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from app.settings import parse_settings
-from app.wiring import Application, build_application
+from app.config.settings import parse_settings
+from app.server.wiring import Application, build_application
 from tests.fakes import FakeBackend, encode
 
 

@@ -8,8 +8,8 @@ from collections.abc import Iterator
 import pytest
 from flask.testing import FlaskClient
 
-from app.routes import GENERATION, ROUTES, RouteSpec
-from app.wiring import Application
+from app.handlers.routes import GENERATION, ROUTES, RouteSpec
+from app.server.wiring import Application
 from tests.inprocess import PROMPT, make_application
 
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from app.settings import SettingsError, parse_settings
+from app.config.settings import SettingsError, parse_settings
 from tests.inprocess import PROMPT, make_application
 
 FLAGS = ["--top-nsigma", "1.5", "--xtc-probability", "0.25", "--xtc-threshold", "0.2", "--typical", "0.9",
@@ -128,7 +128,7 @@ def test_bad_defaults_are_refused_at_start_up(argv: list[str], says: str) -> Non
 
 
 def test_a_default_logit_bias_outside_the_vocabulary_fails_the_load() -> None:
-    from app.wiring import build_application
+    from app.server.wiring import build_application
     from tests.fakes import FakeBackend
 
     failures: list[BaseException] = []

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from app.settings import SettingsError, parse_settings
+from app.config.settings import SettingsError, parse_settings
 from tests.inprocess import JAPANESE, PROMPT, make_application
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from app.settings import OPTIONS, Settings, SettingsError, build_parser, parse_settings, settings_fields
+from app.config.settings import OPTIONS, Settings, SettingsError, build_parser, parse_settings, settings_fields
 
 
 def parse(*argv: str, **env: str) -> Settings:
@@ -154,7 +154,7 @@ def test_a_bad_lora_scale_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_the_settings_log_line_hides_the_keys() -> None:
-    from app.cli import public_settings
+    from app.server.cli import public_settings
 
     shown = public_settings(parse("--api-key", "very-secret", "--api-key", "other"))
     assert shown["api_keys"] == "2 key(s)"
@@ -162,7 +162,7 @@ def test_the_settings_log_line_hides_the_keys() -> None:
 
 
 def test_no_secret_setting_reaches_the_settings_log_line() -> None:
-    from app.cli import public_settings
+    from app.server.cli import public_settings
 
     secrets = [option for option in OPTIONS if option.secret]
     assert {option.dest for option in secrets} >= {"api_keys", "hf_token"}
@@ -249,9 +249,9 @@ def test_loading_options_reach_llama_cpps_model_parameters() -> None:
 
 def test_context_flags_reach_llama_cpps_context_parameters() -> None:
     """The flags whose effect needs a GPU or a sliding-window model (-nkvo, --no-op-offload,
-    --swa-full) and -kvu, as llama.cpp's context gets them (app/wiring.py -> context_params)."""
+    --swa-full) and -kvu, as llama.cpp's context gets them (app/server/wiring.py -> context_params)."""
     from app.engine.llama.backend import context_params
-    from app.wiring import backend_config
+    from app.server.wiring import backend_config
 
     settings = parse("-nkvo", "--no-op-offload", "--swa-full", "-kvu", "-np", "3", "-ctk", "q8_0", "-fa", "on")
     params = context_params(backend_config(settings, "/models/m.gguf"), 4096)

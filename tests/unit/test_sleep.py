@@ -6,9 +6,9 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from app.config.settings import parse_settings
 from app.engine.backend import Backend
-from app.settings import parse_settings
-from app.wiring import build_application
+from app.server.wiring import build_application
 from tests.fakes import FakeBackend, FakeVocabulary
 
 

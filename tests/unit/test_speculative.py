@@ -10,7 +10,7 @@ from dataclasses import replace
 from app.engine import BatchToken, Completion, Engine, EngineOptions, GenerationRequest, SamplingParams
 from app.engine.speculative import DraftWant, SpeculationOptions, Speculator, ngram_simple_draft
 from app.engine.types import SpeculativeParams
-from app.metrics import MetricsExporter
+from app.protocol.metrics import MetricsExporter
 from tests.fakes import EOS, FakeBackend, completion_of, encode, running_engine
 
 TEXT = "the quick brown fox jumps over the lazy dog; "

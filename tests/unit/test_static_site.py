@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from flask.testing import FlaskClient
 
-from app.api import ApiReply, Route, guard
+from app.config.settings import SettingsError, parse_settings
 from app.http import StaticSite, create_app
-from app.settings import SettingsError, parse_settings
+from app.protocol.api import ApiReply, Route, guard
 from app.ui import BUILTIN_UI_DIRECTORY
 
 ROUTES = [

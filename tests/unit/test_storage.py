@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from google.api_core import exceptions as gexc
 
-from gcp.storage import GcsUri, ModelDownloadError, fetch_model, is_gcs_uri
+from app.model_sources.gcs import GcsUri, ModelDownloadError, fetch_model, is_gcs_uri
 
 
 class DeniedBucket:

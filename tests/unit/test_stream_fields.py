@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 from flask.testing import FlaskClient
 
-from app.api import SseEvent
 from app.http.render import PING, sse_body, with_pings
+from app.protocol.api import SseEvent
 from tests.inprocess import JAPANESE, PROMPT
 
 

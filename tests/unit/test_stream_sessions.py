@@ -1,4 +1,4 @@
-"""Resumable stream sessions (app/stream_sessions.py): byte offsets, the kept tail, replacement,
+"""Resumable stream sessions (app/protocol/stream_sessions.py): byte offsets, the kept tail, replacement,
 lookup by id (and id::model), expiry; and the routes on the in-process app."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import time
 import pytest
 from flask.testing import FlaskClient
 
-from app.stream_sessions import MAX_SESSIONS, OffsetLost, StreamSession, StreamSessions, TooManySessions
-from app.wiring import Application
+from app.protocol.stream_sessions import MAX_SESSIONS, OffsetLost, StreamSession, StreamSessions, TooManySessions
+from app.server.wiring import Application
 from tests.inprocess import PROMPT
 
 

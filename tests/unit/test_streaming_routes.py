@@ -15,7 +15,7 @@ from flask.testing import FlaskClient
 from app.engine import SamplingParams
 from app.handlers.params import GenerationFields, sampling_params
 from app.handlers.sampling import DIRECT
-from app.wiring import Application
+from app.server.wiring import Application
 from tests.inprocess import JAPANESE, N_CTX_SEQ, POISON, PROMPT
 
 

@@ -1,11 +1,11 @@
-"""The layer rules of DESIGN.md, checked by scanning imports; and the route table's shape."""
+"""The layer rules of docs/ARCHITECTURE.md ("Layers"), checked by scanning imports; and the route table's shape."""
 
 from __future__ import annotations
 
 import ast
 from pathlib import Path
 
-from app.routes import ROUTES
+from app.handlers.routes import ROUTES
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -56,12 +56,47 @@ def test_the_bindings_load_without_llama_cpp_python_s_high_level_package() -> No
     assert result.stdout.split("\n")[:2] == ["[]", "Llama True True"], result.stdout + result.stderr
 
 
-def test_the_engine_knows_no_web_framework_and_nothing_above_it() -> None:
-    for path in modules("app/engine"):
+# The packages of app/, floor by floor (docs/ARCHITECTURE.md, "Layers"): a module imports its own
+# package and the floors below it, never one above or beside it.
+FLOORS: dict[str, int] = {
+    "app.host": 0, "app.engine": 0, "app.ui": 0,
+    "app.model_sources": 1, "app.protocol": 1,
+    "app.templating": 2, "app.config": 2,
+    "app.handlers": 3, "app.vertex": 3,
+    "app.http": 4,
+    "app.server": 5,
+}
+
+
+def package_of(module: str) -> str | None:
+    return next((package for package in FLOORS if module == package or module.startswith(package + ".")), None)
+
+
+def test_every_module_of_app_lives_in_a_package_with_a_floor() -> None:
+    for path in modules("app"):
+        dotted = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+        if dotted in ("app.__init__", "app.__main__"):
+            continue
+        assert package_of(dotted) is not None, path
+
+
+def test_no_import_runs_up_or_sideways_between_the_packages_of_app() -> None:
+    for path in modules("app"):
+        own = package_of(".".join(path.relative_to(ROOT).with_suffix("").parts))
+        if own is None:
+            continue
         for name in imports_of(path):
-            assert not name.startswith(("flask", "werkzeug", "gunicorn", "pydantic")), (path, name)
-            if name.startswith("app."):
-                assert name.startswith("app.engine"), (path, name)
+            target = package_of(name)
+            if name.startswith("app") and target != own:
+                assert target is not None and FLOORS[target] < FLOORS[own], (path, name)
+
+
+def test_the_engine_and_the_host_know_no_web_framework_and_nothing_above_them() -> None:
+    for package in ("app/engine", "app/host"):
+        for path in modules(package):
+            for name in imports_of(path):
+                assert not name.startswith(("flask", "werkzeug", "gunicorn", "pydantic")), (path, name)
+                assert not name.startswith("app.") or name.startswith(package.replace("/", ".")), (path, name)
 
 
 def test_only_the_http_layer_imports_flask() -> None:
@@ -73,17 +108,25 @@ def test_only_the_http_layer_imports_flask() -> None:
                 assert not name.startswith(("flask", "werkzeug")), (path, name)
 
 
-def test_gcp_sees_only_the_api_types() -> None:
-    for path in modules("gcp"):
+def test_the_vertex_side_sees_only_the_api_types() -> None:
+    for path in modules("app/vertex"):
         for name in imports_of(path):
-            if name.startswith("app"):
-                assert name == "app.api", (path, name)
+            if name.startswith("app") and not name.startswith("app.vertex"):
+                assert name == "app.protocol.api", (path, name)
 
 
-def test_handlers_never_import_the_http_layer_or_gcp() -> None:
+def test_the_container_never_imports_the_deploy_tool() -> None:
+    """gcp/ is the operator's CLI (with the deploy extra's libraries); the container is app/ alone."""
+    for path in modules("app"):
+        for name in imports_of(path):
+            assert name != "gcp" and not name.startswith(("gcp.", "google.cloud.aiplatform", "google.cloud.logging")), (
+                path, name)
+
+
+def test_handlers_never_import_the_http_layer_or_llama_cpp_s_side() -> None:
     for path in modules("app/handlers"):
         for name in imports_of(path):
-            assert not name.startswith(("app.http", "gcp", "app.engine.llama")), (path, name)
+            assert not name.startswith(("app.http", "app.vertex", "app.engine.llama")), (path, name)
 
 
 def test_nothing_reads_the_environment_at_import_time() -> None:
@@ -139,13 +182,13 @@ def test_http_threads_reach_llama_cpp_only_through_the_engines_doors() -> None:
 def test_the_master_process_imports_no_http_side_and_no_engine() -> None:
     """Start-up: the gunicorn master imports neither Flask, pydantic nor the handlers, nor the engine,
     llama_cpp or numpy; the worker imports the engine and the bindings, starts the model's load, and
-    imports the rest while it loads (app/wiring.py), so their import time overlaps the load."""
+    imports the rest while it loads (app/server/wiring.py), so their import time overlaps the load."""
     import subprocess
     import sys
 
-    heavy = ("flask", "pydantic", "app.routes", "app.handlers", "app.context", "gcp.predict", "app.wiring",
-             "app.engine.engine", "app.engine.scheduler", "llama_cpp", "numpy")
-    probe = ("import sys, app.cli, app.gunicorn_server; "
+    heavy = ("flask", "pydantic", "app.handlers.routes", "app.handlers", "app.handlers.context", "app.vertex.predict",
+             "app.server.wiring", "app.engine.engine", "app.engine.scheduler", "llama_cpp", "numpy")
+    probe = ("import sys, app.server.cli, app.server.gunicorn_server; "
              f"print(','.join(m for m in {heavy!r} if m in sys.modules))")
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == ""
@@ -160,8 +203,8 @@ def test_the_worker_imports_numpy_after_the_load_not_beside_it() -> None:
 
     probe = """
 import sys, threading, time
-from app.settings import parse_settings
-from app.wiring import build_application
+from app.config.settings import parse_settings
+from app.server.wiring import build_application
 from tests.fakes import FakeBackend
 loading = threading.Event()
 def make(config):

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from app.chat_template import ChatTemplate, TemplateChoice
-from app.template_caps import template_caps
+from app.templating.chat_template import ChatTemplate, TemplateChoice
+from app.templating.template_caps import template_caps
 from tests.inprocess import make_application
 
 TOOLS_TEMPLATE = (

@@ -6,8 +6,7 @@ import json
 
 import pytest
 
-from app.errors import InvalidRequestError
-from app.handlers.json_schema import tighten
+from app.engine.json_schema import tighten
 from app.handlers.reasoning import ReasoningStream, split_reasoning
 from app.handlers.tools import (
     NamedFunction,
@@ -20,6 +19,7 @@ from app.handlers.tools import (
     parse_tool_calls,
     plan_tools,
 )
+from app.protocol.errors import InvalidRequestError
 from tests.fakes import FakeVocabulary
 
 TOOLS = [ToolSpec.model_validate({"type": "function", "function": {

@@ -1,4 +1,4 @@
-"""Every flag of llama-server's table (app/upstream_flags.json, from the pinned llama.cpp's
+"""Every flag of llama-server's table (app/config/upstream_flags.json, from the pinned llama.cpp's
 common/arg.cpp) parses here: implemented, accepted with a start-up warning that says why it has
 no effect, or refused with the reason. The counts of the three groups are printed."""
 
@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from app.settings import EXTENSIONS, HELP_FLAGS, OPTIONS, UNIMPLEMENTED, SettingsError, parse_settings
-from app.upstream_flags import UpstreamFlag, treatment, upstream_flags
+from app.config.settings import EXTENSIONS, HELP_FLAGS, OPTIONS, UNIMPLEMENTED, SettingsError, parse_settings
+from app.config.upstream_flags import UpstreamFlag, treatment, upstream_flags
 
 DECLARED = {*HELP_FLAGS, *(flag for option in OPTIONS for flag in (*option.flags, *option.negative_flags))}
 SAMPLE_VALUES = {"int": "1", "string": "1", "bool": "", "void": ""}
@@ -92,12 +92,12 @@ def test_the_table_is_what_the_generator_writes() -> None:
     assert read_table(sample) == [{"flags": ["-x", "--example"], "negative": [], "values": 1, "kind": "int",
                                    "env": "LLAMA_ARG_EXAMPLE", "sampling": False, "speculative": False,
                                    "removed": None}]
-    checked_in = json.loads((Path(__file__).parents[2] / "app" / "upstream_flags.json").read_text())
+    checked_in = json.loads((Path(__file__).parents[2] / "app" / "config" / "upstream_flags.json").read_text())
     assert len(checked_in) == len(upstream_flags())
 
 
 def test_the_readme_lists_the_unimplemented_flags_as_they_are_treated() -> None:
-    from app.upstream_flags import readme_section
+    from app.config.upstream_flags import readme_section
 
     readme = (Path(__file__).parents[2] / "README.md").read_text()
     start = readme.index("<!-- upstream-flags:start")

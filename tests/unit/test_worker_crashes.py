@@ -1,5 +1,5 @@
-"""What the master decides when its worker dies (app/worker_crashes.py); the worker's health fast
-path and the socket that holds a response's headers back until its body (app/gunicorn_server.py)."""
+"""What the master decides when its worker dies (app/server/worker_crashes.py); the worker's health fast
+path and the socket that holds a response's headers back until its body (app/server/gunicorn_server.py)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from app.gunicorn_server import HeldHeaderSocket
-from app.llama_build import DYNAMIC_DISPATCH, parse_cpuinfo
-from app.worker_crashes import CrashPolicy, CrashReport, Phase, WorkerPhase, read_crash_report
+from app.host.llama_build import DYNAMIC_DISPATCH, parse_cpuinfo
+from app.server.gunicorn_server import HeldHeaderSocket
+from app.server.worker_crashes import CrashPolicy, CrashReport, Phase, WorkerPhase, read_crash_report
 
 AVX2_ONLY = parse_cpuinfo("model name\t: AMD EPYC 7B12\nflags\t\t: sse sse2 sse4_2 avx avx2 fma f16c bmi2\n",
                           "Linux", "x86_64")
@@ -118,7 +118,7 @@ def test_a_response_with_an_empty_body_is_flushed_at_the_end() -> None:
 def test_the_request_target_is_read_without_consuming_the_request() -> None:
     import socket
 
-    from app.gunicorn_server import request_target
+    from app.server.gunicorn_server import request_target
 
     ours, theirs = socket.socketpair()
     with ours, theirs:

@@ -11,7 +11,7 @@
     native.py    the C helpers of native.c (a log filter, a vocabulary scan), where the install built them
 
 The names below are imported on first use: the worker imports ``ggml`` on a thread of its own to set
-up llama.cpp (its backends) while its main thread imports the engine (app/gunicorn_server.py).
+up llama.cpp (its backends) while its main thread imports the engine (app/server/gunicorn_server.py).
 """
 
 from typing import TYPE_CHECKING

@@ -39,7 +39,7 @@ def python_log_level(level: int, verbose: bool) -> int:
 
 
 def lowest_logged_level(verbose: bool) -> int:
-    """The lowest ggml level whose lines ``llama_log`` would write (app/logs.py sets its level): lines
+    """The lowest ggml level whose lines ``llama_log`` would write (app/server/logs.py sets its level): lines
     below it are dropped before they reach Python (native.c)."""
     return next((level for level in GGML_LOG_LEVELS if llama_log.isEnabledFor(python_log_level(level, verbose))),
                 GGML_LOG_CONT)
@@ -118,7 +118,7 @@ def _open_ggml(lib_dir: Path) -> ctypes.CDLL | None:
 def load_ggml_backends() -> None:
     """Register ggml's backends before llama.cpp starts.
 
-    A build with runtime CPU dispatch (app/llama_build.py) ships each CPU variant, and any GPU
+    A build with runtime CPU dispatch (app/host/llama_build.py) ships each CPU variant, and any GPU
     backend, as a loadable library beside libggml; ggml itself looks for them only beside the
     Python executable and in the working directory, so they are loaded from the wheel's own
     directory here: ggml scores every CPU variant against this CPU and keeps the best. A build
@@ -144,7 +144,7 @@ _set_up = False
 def set_up_llama_cpp(verbose: bool) -> None:
     """llama.cpp's process-wide set-up, done once: the log bridge, ggml's backends, the backend's init.
 
-    The worker starts it on a thread of its own before it imports the engine (app/gunicorn_server.py),
+    The worker starts it on a thread of its own before it imports the engine (app/server/gunicorn_server.py),
     so that ggml's scan of its CPU variants (dlopen and score each: 30 ms) runs beside those imports;
     each ``LlamaBackend`` calls it too, and waits here for a set-up under way. One that failed is not
     marked done: the next call tries again and raises, on the engine thread, where a load reports it."""

@@ -3,7 +3,7 @@ their probabilities, the greedy token and its probability (a draft's pick).
 
 The only module of the backend that imports numpy (0.05-0.1 s): the sampler and the backend import it
 when a request first asks for probabilities or a draft, and the worker imports it on a thread of its
-own once the model is ready (app/wiring.py), so neither the load nor the HTTP side waits for it.
+own once the model is ready (app/server/wiring.py), so neither the load nor the HTTP side waits for it.
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from app.api import Route
+from app.protocol.api import Route
 
 
 def derive_alias(path: str) -> str:

@@ -2,7 +2,7 @@
 answered the way that container answers, so its users' clients read our predictions unchanged.
 
 Routing precedence, the first that applies: ``@requestFormat`` (any route, by alias or path); then
-an OpenAI batch row (``custom_id``, ``url``, ``body``: gcp/openai_batch.py); then ``messages`` (an
+an OpenAI batch row (``custom_id``, ``url``, ``body``: app/vertex/openai_batch.py); then ``messages`` (an
 OpenAI chat, as TGI and Model Garden vLLM take it: answered with the chat completion object); then
 ``inputs`` (Hugging Face TGI: ``parameters`` inside the instance, answered with the generated text
 as a string); then ``prompt`` (Model Garden vLLM: sampling fields beside it, answered

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from app.cgroup import CGROUP, read_file
+from app.host.cgroup import CGROUP, read_file
 
 MEMINFO = Path("/proc/meminfo")
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from app.errors import InvalidRequestError
+from app.protocol.errors import InvalidRequestError
 
 
 class Renders(Protocol):

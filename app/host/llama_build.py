@@ -1,7 +1,7 @@
 """How llama.cpp is built for a machine, and what a build asks of the CPU it runs on.
 
 The one owner of the rules that tie CPU features to llama.cpp's (ggml's) build options: the install
-script and the image build ask it for the CMake arguments (``python app/llama_build.py cmake-args``),
+script and the image build ask it for the CMake arguments (``python app/host/llama_build.py cmake-args``),
 the server asks it why a worker died of an illegal instruction. Standard library only: it runs
 before anything is installed.
 
@@ -184,7 +184,7 @@ def recorded_build_args(prefix: Path = Path(sys.prefix)) -> tuple[str, ...] | No
 
 
 
-PYPROJECT = Path(__file__).resolve().parents[1] / "pyproject.toml"
+PYPROJECT = Path(__file__).resolve().parents[2] / "pyproject.toml"
 
 
 def pinned_version(pyproject: Path = PYPROJECT) -> str:

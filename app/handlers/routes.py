@@ -11,9 +11,7 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel
 
-from app.api import ApiReply, ApiRequest, Handler, Route, guard
-from app.context import ServerContext
-from app.errors import NotSupportedError
+from app.config.settings import Settings
 from app.handlers.anthropic import MessagesBody, post_count_tokens, post_messages
 from app.handlers.chat import (
     ControlBody,
@@ -24,6 +22,7 @@ from app.handlers.chat import (
 )
 from app.handlers.chat_pipeline import ChatBody
 from app.handlers.completions import CompletionBody, post_completion, post_openai_completions
+from app.handlers.context import ServerContext
 from app.handlers.embeddings import (
     NativeEmbeddingBody,
     OpenAIEmbeddingBody,
@@ -48,7 +47,8 @@ from app.handlers.slot_actions import SlotFileBody, post_slot_action
 from app.handlers.streams import LookupBody, delete_stream, get_stream, post_streams_lookup
 from app.handlers.tokens import DetokenizeBody, TokenizeBody, post_detokenize, post_tokenize
 from app.handlers.transcriptions import TranscriptionBody, post_transcriptions
-from app.settings import Settings
+from app.protocol.api import ApiReply, ApiRequest, Handler, Route, guard
+from app.protocol.errors import NotSupportedError
 
 ContextHandler = Callable[[ServerContext, ApiRequest], ApiReply]
 

@@ -6,14 +6,14 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
-from app.api import Route
-from app.chat_template import ChatTemplate, choose_template
+from app.config.settings import Settings
 from app.engine import Engine, NotReadyError, SamplingParams
-from app.handlers.json_schema import schema_grammar
-from app.metrics import MetricsExporter
-from app.settings import Settings
-from app.stream_sessions import StreamSessions
-from app.template_caps import template_caps
+from app.engine.json_schema import schema_grammar
+from app.protocol.api import Route
+from app.protocol.metrics import MetricsExporter
+from app.protocol.stream_sessions import StreamSessions
+from app.templating.chat_template import ChatTemplate, choose_template
+from app.templating.template_caps import template_caps
 
 
 @dataclass
@@ -90,7 +90,7 @@ class ServerContext:
 
     @property
     def chat_template_caps(self) -> dict[str, bool]:
-        """/props ``chat_template_caps``: what the template renders (app/template_caps.py), and
+        """/props ``chat_template_caps``: what the template renders (app/templating/template_caps.py), and
         whether it is Jinja (this server's addition; the web UI shows it)."""
         self.chat_template  # noqa: B018 (not ready until the template is published)
         return self._caps

@@ -19,19 +19,19 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from app.cpu_placement import place_compute_threads
+from app.config.settings import Settings
 from app.engine import Backend, Engine, EngineOptions
 from app.engine.llama import FitConfig, LlamaBackend, LlamaConfig, LoadConfig, RopeConfig
-from app.host_memory import available_memory_bytes
-from app.hub import HUB_SCHEME, fetch_hub_model, is_hub_source
-from app.settings import Settings
-from gcp.environment import VertexEnvironment, VertexEnvironmentError
-from gcp.storage import default_cache_dir, fetch_model, find_projector, is_gcs_uri
+from app.host.cpu_placement import place_compute_threads
+from app.host.memory import available_memory_bytes
+from app.model_sources.gcs import default_cache_dir, fetch_model, find_projector, is_gcs_uri
+from app.model_sources.hub import HUB_SCHEME, fetch_hub_model, is_hub_source
+from app.vertex.environment import VertexEnvironment, VertexEnvironmentError
 
 if TYPE_CHECKING:  # the HTTP side is imported by build_application, while the model loads
     from flask import Flask
 
-    from app.context import ServerContext
+    from app.handlers.context import ServerContext
 
 log = logging.getLogger(__name__)
 
@@ -188,10 +188,10 @@ def build_application(
     # The loading thread gives up the GIL at each llama.cpp call; with Python's 5 ms switch interval it
     # would wait that long behind the imports to get it back after each one (measured: 0.1 s of start-up).
     sys.setswitchinterval(STARTUP_SWITCH_SECONDS)
-    from app.context import ServerContext
+    from app.handlers.context import ServerContext
+    from app.handlers.routes import bind_routes
     from app.http import CorsPolicy, StaticSite, create_app
-    from app.routes import bind_routes
-    from gcp.predict import vertex_routes
+    from app.vertex.predict import vertex_routes
 
     context = ServerContext(settings, engine, api_keys=settings.all_api_keys())
     routes = bind_routes(context)

@@ -16,14 +16,14 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from app.cpu_placement import describe, prepare_process
-from app.fault_injection import CRASH_VARIABLE, Crash, CrashSpecError, parse_crash
-from app.hub import hub_source
-from app.logs import LogOptions, configure_logging
-from app.model_files import ModelFileError, local_projector, resolve_model_path
-from app.settings import OPTIONS, Settings, SettingsError, parse_settings
-from gcp.environment import VertexEnvironment, VertexEnvironmentError, read_vertex_environment
-from gcp.storage import is_gcs_uri
+from app.config.settings import OPTIONS, Settings, SettingsError, parse_settings
+from app.host.cpu_placement import describe, prepare_process
+from app.model_sources.files import ModelFileError, local_projector, resolve_model_path
+from app.model_sources.gcs import is_gcs_uri
+from app.model_sources.hub import hub_source
+from app.server.fault_injection import CRASH_VARIABLE, Crash, CrashSpecError, parse_crash
+from app.server.logs import LogOptions, configure_logging
+from app.vertex.environment import VertexEnvironment, VertexEnvironmentError, read_vertex_environment
 
 log = logging.getLogger("app")
 
@@ -47,7 +47,7 @@ def bind_address(host: str, port: int) -> str:
 
 def gunicorn_options(settings: Settings, port: int, json_lines: bool = False) -> dict[str, Any]:
     return {
-        "logger_class": "app.gunicorn_server.JsonLinesLogger" if json_lines else None,
+        "logger_class": "app.server.gunicorn_server.JsonLinesLogger" if json_lines else None,
         "bind": [bind_address(host, port) for host in settings.listen_hosts],
         "reuse_port": settings.reuse_port,
         "keyfile": settings.ssl_key_file,
@@ -138,7 +138,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         sys.exit(2)
     # libgomp reads its environment when llama_cpp is first imported: in the worker, which inherits it
     prepare_process(settings.compute_cpus, settings.cpu_strict == 1, settings.poll, settings.prio)
-    from app.gunicorn_server import ContainerServer
+    from app.server.gunicorn_server import ContainerServer
 
     scheme = "https" if settings.ssl_cert_file else "http"
     log.info("serving %s on %s (%s slots)", model_path, ", ".join(
@@ -154,7 +154,7 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 
 def requested_crash(environ: Mapping[str, str]) -> Crash | None:
-    """The crash the tests ask the worker to have (app/fault_injection.py); None outside them."""
+    """The crash the tests ask the worker to have (app/server/fault_injection.py); None outside them."""
     spec = environ.get(CRASH_VARIABLE)
     try:
         return parse_crash(spec) if spec else None

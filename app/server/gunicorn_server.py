@@ -1,5 +1,5 @@
 """gunicorn, embedded: one gthread worker that builds the application after the fork, a master that
-knows why that worker died (app/worker_crashes.py), and responses that go out whole."""
+knows why that worker died (app/server/worker_crashes.py), and responses that go out whole."""
 
 from __future__ import annotations
 
@@ -21,15 +21,15 @@ from gunicorn.errors import HaltServer
 from gunicorn.glogging import Logger
 from gunicorn.workers.gthread import ThreadWorker
 
-from app.llama_build import recorded_build_args, this_cpu
-from app.logs import CloudLoggingFormatter
-from app.settings import Settings
-from app.worker_crashes import CrashPolicy, Phase, WorkerPhase, read_crash_report
-from gcp.environment import VertexEnvironment
+from app.config.settings import Settings
+from app.host.llama_build import recorded_build_args, this_cpu
+from app.server.logs import CloudLoggingFormatter
+from app.server.worker_crashes import CrashPolicy, Phase, WorkerPhase, read_crash_report
+from app.vertex.environment import VertexEnvironment
 
 if TYPE_CHECKING:  # the worker imports them (load): the master never loads llama.cpp or the engine
-    from app.fault_injection import Crash
-    from app.wiring import Application
+    from app.server.fault_injection import Crash
+    from app.server.wiring import Application
 
 log = logging.getLogger("app")
 
@@ -198,7 +198,7 @@ class ContainerServer(BaseApplication):  # type: ignore[misc]
         self._model_path = model_path
         self._vertex = vertex
         self._options = options
-        self._crash = crash  # test-only (app/fault_injection.py)
+        self._crash = crash  # test-only (app/server/fault_injection.py)
         self._application: Application | None = None
         # Made in the master before the fork, so that the worker and the master share them.
         self._phase = WorkerPhase()
@@ -223,8 +223,8 @@ class ContainerServer(BaseApplication):  # type: ignore[misc]
         threading.Thread(target=set_up_llama_cpp_early, args=(self._settings.debug_logs,), name="llama-set-up",
                          daemon=True).start()
         from app.engine.llama import LlamaBackend
-        from app.fault_injection import with_crash
-        from app.wiring import build_application
+        from app.server.fault_injection import with_crash
+        from app.server.wiring import build_application
 
         make_backend = with_crash(LlamaBackend, self._crash)
         self._application = build_application(self._settings, self._model_path, self._vertex,

@@ -9,7 +9,7 @@ import math
 import os
 from pathlib import Path
 
-from app.cgroup import CGROUP, read_file
+from app.host.cgroup import CGROUP, read_file
 
 
 def cpu_quota(cgroup: Path = CGROUP) -> float | None:

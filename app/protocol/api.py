@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from app.errors import InvalidRequestError, error_body, error_headers, is_expected
+from app.protocol.errors import InvalidRequestError, error_body, error_headers, is_expected
 
 __all__ = [
     "ApiReply",
@@ -113,7 +113,7 @@ class ApiReply:
     # An SSE comment (":") after this many seconds without an event, so that proxies and clients
     # that time out idle connections keep the stream (llama-server's sse_ping_interval); 0: none.
     ping_seconds: float = 0.0
-    # Server-sent events already written out (a replay of a resumable stream, app/stream_sessions.py).
+    # Server-sent events already written out (a replay of a resumable stream, app/protocol/stream_sessions.py).
     raw_stream: Iterator[bytes] | None = None
 
     @classmethod

@@ -8,7 +8,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from app.api import Route
+from app.protocol.api import Route
 
 ERROR_SCHEMA: dict[str, Any] = {
     "type": "object",

@@ -2,8 +2,8 @@
 
 - ``:predict``: ``{"instances": [...], "parameters": {...}}`` in, ``{"predictions": [...]}`` out.
   Each instance names a route of the table by ``@requestFormat``, or is an OpenAI batch row
-  (``custom_id``, ``url``, ``body``: gcp/openai_batch.py), or is routed by its shape, as other
-  Vertex containers take it (gcp/shapes.py); that is the precedence. Instances run concurrently on
+  (``custom_id``, ``url``, ``body``: app/vertex/openai_batch.py), or is routed by its shape, as other
+  Vertex containers take it (app/vertex/shapes.py); that is the precedence. Instances run concurrently on
   a thread pool, so all instances reach the engine together and are decoded in the same batches.
   ``parameters`` is merged into every instance (the instance's own keys win), and integral floats
   become integers (Vertex carries JSON through protobuf ``Value``, whose only number is a double).
@@ -30,11 +30,11 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from app.api import ApiReply, ApiRequest, InvalidRequestError, Route, guard
-from gcp.aliases import AliasTable
-from gcp.environment import VertexEnvironment
-from gcp.openai_batch import BatchRow, BatchRowError, batch_answer, batch_failure, is_batch_row
-from gcp.shapes import Shape, shape_of
+from app.protocol.api import ApiReply, ApiRequest, InvalidRequestError, Route, guard
+from app.vertex.aliases import AliasTable
+from app.vertex.environment import VertexEnvironment
+from app.vertex.openai_batch import BatchRow, BatchRowError, batch_answer, batch_failure, is_batch_row
+from app.vertex.shapes import Shape, shape_of
 
 log = logging.getLogger(__name__)
 
@@ -166,7 +166,7 @@ class PredictRoute:
         return reply.text
 
     def _batch_row(self, request: ApiRequest, instance: dict[str, Any], parameters: dict[str, Any]) -> Any:
-        """An OpenAI batch row (gcp/openai_batch.py): ``parameters`` go into its body (the body's own
+        """An OpenAI batch row (app/vertex/openai_batch.py): ``parameters`` go into its body (the body's own
         keys win), and the answer is an OpenAI batch output line."""
         try:
             row = BatchRow.parse(instance)

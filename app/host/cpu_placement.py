@@ -14,7 +14,7 @@ ggml's own thread pool, so the flags are applied the way that team takes them:
 - ``--prio``: the process's nice value, with llama.cpp's mapping, inherited by every thread.
 
 libgomp reads its environment when it loads, with the first import of llama_cpp: ``prepare_process``
-runs in the master process before that (app/cli.py), and the worker inherits it. Variables the user
+runs in the master process before that (app/server/cli.py), and the worker inherits it. Variables the user
 set already are left alone.
 """
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from app.engine import Vocabulary
+from app.engine.backend import Vocabulary
 
 MAX_ENUMERATED = 1000
 

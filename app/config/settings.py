@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Literal
 
-from app.cpu_placement import NICE, PlacementError, compute_cpus
+from app.config.upstream_flags import extensions, treatment, unimplemented
 from app.engine.speculative import SPEC_TYPES, UPSTREAM_ONLY_SPEC_TYPES, SpeculationOptions
 from app.engine.types import (
     KV_CACHE_TYPES,
@@ -36,10 +36,10 @@ from app.engine.types import (
     SamplingParams,
     sampler_names,
 )
-from app.host_cpus import usable_cpus
-from app.hub import HubError, split_repo_tag
+from app.host.cpu_placement import NICE, PlacementError, compute_cpus
+from app.host.cpus import usable_cpus
+from app.model_sources.hub import HubError, split_repo_tag
 from app.ui import BUILTIN_UI_DIRECTORY
-from app.upstream_flags import extensions, treatment, unimplemented
 
 Kind = Literal["str", "int", "float", "bool", "keys", "choice", "paths", "scaled", "texts"]
 
@@ -64,7 +64,7 @@ class Option:
     minimum: float | None = None
     metavar: str | tuple[str, ...] | None = None
     env_aliases: tuple[str, ...] = ()  # older names of the environment variable, still read
-    secret: bool = False  # never written to a log (app/cli.py's public_settings); keys of it fail closed
+    secret: bool = False  # never written to a log (app/server/cli.py's public_settings); keys of it fail closed
 
 
 def option(flags: tuple[str, ...], kind: Kind, default: Any, help: str, **extra: Any) -> Any:

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from enum import IntEnum
 from pathlib import Path
 
-from app.llama_build import Cpu, illegal_instruction_advice
+from app.host.llama_build import Cpu, illegal_instruction_advice
 
 RESTART_LIMIT = 3
 RESTART_WINDOW_SECONDS = 600.0

@@ -15,7 +15,7 @@ from typing import Any
 import jinja2
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-from app.errors import InvalidRequestError
+from app.protocol.errors import InvalidRequestError
 
 CHATML = (
     "{% for message in messages %}"

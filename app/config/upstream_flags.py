@@ -2,9 +2,9 @@
 command line starts here: each is accepted with a start-up warning saying why it has no effect, or
 refused with the reason where ignoring it would silently change results.
 
-The flags themselves (names, values, environment variables) are app/upstream_flags.json, written by
+The flags themselves (names, values, environment variables) are app/config/upstream_flags.json, written by
 scripts/upstream_flags.py from common/arg.cpp of the pinned llama.cpp. The flags that
-``app/settings.py`` declares are implemented; every other entry gets its treatment here, from the
+``app/config/settings.py`` declares are implemented; every other entry gets its treatment here, from the
 rules of ``treatment`` (one per kind of flag) and the ``TREATMENTS`` table.
 """
 
@@ -187,7 +187,7 @@ def readme_section(unimplemented_flags: tuple[UpstreamFlag, ...],
     warned = sum(len(v) for v in groups["warn"].values())
     refused = sum(len(v) for v in groups["refuse"].values())
     lines = [f"Of llama-server's {total} flag entries (its `common/arg.cpp` at the pinned llama.cpp, listed in "
-             f"`app/upstream_flags.json`): {total - warned - refused} are implemented (the table above), "
+             f"`app/config/upstream_flags.json`): {total - warned - refused} are implemented (the table above), "
              f"{warned} are accepted with a start-up warning, {refused} are refused. The same holds for their "
              "environment variables."]
     for action, title in (("warn", "Accepted, with a warning that they have no effect here"),
