@@ -2,7 +2,6 @@
 the pinned llama-cpp-python vendors.
 
     python scripts/upstream_flags.py [path/to/llama.cpp/common/arg.cpp]
-    python scripts/upstream_flags.py --readme    (writes README.md's list of unimplemented flags again)
 
 Without a path it downloads the pinned llama-cpp-python sdist from PyPI (pip download) and reads the
 file from it. Each ``add_opt(common_arg(...))`` whose examples include the server (or all programs)
@@ -106,26 +105,11 @@ def pinned_arg_cpp() -> str:
             return handle.read().decode()
 
 
-def write_readme() -> None:
-    sys.path.insert(0, str(ROOT))
-    from app.config.settings import EXTENSIONS, UNIMPLEMENTED
-    from app.config.upstream_flags import readme_section
-
-    readme = ROOT / "README.md"
-    text = readme.read_text()
-    start = text.index("\n", text.index("<!-- upstream-flags:start")) + 1
-    end = text.index("<!-- upstream-flags:end -->")
-    readme.write_text(text[:start] + readme_section(UNIMPLEMENTED, EXTENSIONS) + text[end:])
-
-
 def main() -> None:
-    if sys.argv[1:] == ["--readme"]:
-        write_readme()
-        return
     source = Path(sys.argv[1]).read_text() if len(sys.argv) > 1 else pinned_arg_cpp()
     table = read_table(source)
     TABLE.write_text(json.dumps(table, indent=1) + "\n")
-    print(f"{TABLE.relative_to(ROOT)}: {len(table)} flag entries")
+    print(f"{TABLE.relative_to(ROOT)}: {len(table)} flag entries (python scripts/docs.py writes the docs' list anew)")
 
 
 if __name__ == "__main__":

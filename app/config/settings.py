@@ -951,7 +951,7 @@ def build_parser(prog: str = "python -m app") -> argparse.ArgumentParser:
         "for a GGUF model, served through llama.cpp.",
         epilog="Every option can also be set by the environment variable in brackets; a flag wins. "
         "llama-server's other flags are accepted with a warning, or refused where ignoring them would "
-        "change results (README: Configuration).",
+        "change results (docs/configuration.md).",
     )
     parser.add_argument(*HELP_FLAGS, action="help", help="show this help message and exit")
     for option in OPTIONS:

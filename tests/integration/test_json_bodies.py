@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -60,3 +61,13 @@ def test_a_form_body_that_is_not_json_is_a_400_saying_so(vertex_server: Server) 
     assert answer.status_code == 400
     assert "not valid JSON" in answer.json()["error"]["message"]
 
+
+
+def test_the_readmes_openai_sdk_example_runs(vertex_server: Server) -> None:
+    """The README's Python example, run as written but for the server's address."""
+    text = README.read_text()
+    example = text[text.index("## From the OpenAI SDK"):].split("```python\n", 1)[1].split("```", 1)[0]
+    example = example.replace("http://localhost:8080", vertex_server.base)
+    assert vertex_server.base in example
+    done = subprocess.run([sys.executable, "-c", example], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and done.stdout.strip(), (done.stdout, done.stderr)

@@ -1,5 +1,5 @@
-"""Every ``python -m gcp`` command in the README's code blocks parses with the tool's own parser, so
-the walkthrough and the examples cannot drift from the flags."""
+"""Every ``python -m gcp`` command in the code blocks of the README and docs/ parses with the tool's own
+parser, so the walkthrough and the examples cannot drift from the flags."""
 
 from __future__ import annotations
 
@@ -9,17 +9,18 @@ from pathlib import Path
 
 from gcp.cli import build_parser
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+ROOT = Path(__file__).resolve().parents[2]
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 VARIABLES = {"$P": "--project my-project --region us-central1", "$PROJECT": "my-project",
              "$REGION": "us-central1", "$IMAGE": "us-docker.pkg.dev/p/r/vertex-llama:1"}
 COMMAND = re.compile(r"^(?:\$ )?(?:\.venv/bin/)?python -m gcp (.*)$")
 
 
-def readme_commands() -> list[str]:
+def documented_commands() -> list[str]:
     commands: list[str] = []
     in_block = False
     pending = ""
-    for line in README.read_text().splitlines():
+    for line in "\n".join(page.read_text() for page in PAGES).splitlines():
         if line.startswith("```"):
             in_block = not in_block
             continue
@@ -44,8 +45,8 @@ def readme_commands() -> list[str]:
     return commands
 
 
-def test_every_gcp_command_in_the_readme_parses() -> None:
-    commands = readme_commands()
+def test_every_gcp_command_in_the_docs_parses() -> None:
+    commands = documented_commands()
     assert len(commands) >= 15
     names = set()
     for command in commands:
