@@ -10,7 +10,7 @@ from app.engine.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from app.engine.backend import Backend, BatchToken, ModelInfo, Sampler, Vocabulary
-    from app.engine.engine import Engine, EngineOptions
+    from app.engine.engine import Engine
     from app.engine.errors import (
         CancelledError,
         ContextExceededError,
@@ -23,6 +23,7 @@ if TYPE_CHECKING:
         SlotBusyError,
         UnsupportedError,
     )
+    from app.engine.options import EngineOptions
     from app.engine.scheduler import Scheduler
     from app.engine.slots import Job
     from app.engine.stats import EngineStats
@@ -50,7 +51,7 @@ _LAZY = {
     "EmbeddingResult": "app.engine.types",
     "Engine": "app.engine.engine",
     "EngineError": "app.engine.errors",
-    "EngineOptions": "app.engine.engine",
+    "EngineOptions": "app.engine.options",
     "EngineStats": "app.engine.stats",
     "FinishReason": "app.engine.types",
     "GenerationRequest": "app.engine.types",

@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import TimeoutError as FutureTimeout
 from contextlib import contextmanager
 from contextvars import ContextVar
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import TypeVar
 
 from app.engine.backend import Backend, Media, ModelInfo, Vocabulary
@@ -34,10 +34,10 @@ from app.engine.errors import (
     QueueFullError,
 )
 from app.engine.grammar_guard import check_grammar
-from app.engine.scheduler import Scheduler, SchedulerOptions
+from app.engine.options import EngineOptions
+from app.engine.scheduler import Scheduler
 from app.engine.slot_files import SlotFileResult, erase_slot, restore_slot, save_slot
 from app.engine.slots import ControlJob, EmbedJob, EventSink, Job, Slot
-from app.engine.speculative import SpeculationOptions
 from app.engine.stats import EngineStats, StatsRecorder
 from app.engine.types import RANDOM_SEED, GenerationRequest, SlotView
 
@@ -58,23 +58,6 @@ class Signal(enum.Enum):
 
 InboxItem = Job | EmbedJob | ControlJob | Signal
 POLL_SECONDS = 0.5
-
-
-@dataclass(frozen=True)
-class EngineOptions:
-    cont_batching: bool = True
-    n_predict_default: int = -1  # -n: the budget of a request that sets none (-1), as llama-server
-    sleep_idle_seconds: float = -1
-    lora_scales: tuple[float, ...] = ()  # the starting global scale of each --lora adapter
-    max_queue: int = 64  # jobs that may wait for a slot; more are refused with OverloadedError
-    deadline_seconds: float = 0.0  # every job ends this long after its submission (0: never)
-    prompt_cache_bytes: int | None = 0  # --cache-ram: 0 off, None no limit
-    context_shift: bool = False  # --context-shift (off while a projector is loaded, as llama-server)
-    slot_similarity: float = 0.1  # -sps: the share of a prompt an idle slot must hold to be chosen for it
-    kv_unified: bool = False  # -kvu
-    cache_idle_slots: bool = True  # --cache-idle-slots
-    # --spec-type, --spec-draft-*, --spec-ngram-*
-    speculation: SpeculationOptions = field(default_factory=SpeculationOptions)
 
 
 @dataclass(frozen=True)
@@ -352,13 +335,8 @@ class Engine:
             return None
         self._backend = backend
         options = self._options
-        scheduler = Scheduler(backend, self._stats, SchedulerOptions(cont_batching=options.cont_batching,
-                                                                        prompt_cache_bytes=options.prompt_cache_bytes,
-                                                                        context_shift=self._context_shift(backend),
-                                                                        slot_similarity=options.slot_similarity,
-                                                                        kv_unified=options.kv_unified,
-                                                                        cache_idle_slots=options.cache_idle_slots,
-                                                                        speculation=options.speculation))
+        # EngineOptions is a SchedulerOptions: the scheduler reads its own fields of it
+        scheduler = Scheduler(backend, self._stats, replace(options, context_shift=self._context_shift(backend)))
         media = backend.media
         self._facts = ModelFacts(backend.info, backend.n_seq, backend.n_ctx_seq,
                                  vision=media is not None and media.vision, audio=media is not None and media.audio,

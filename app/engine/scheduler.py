@@ -15,11 +15,12 @@ import functools
 import logging
 import time
 from collections import deque
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 
 from app.engine.backend import Backend, BatchEntry, BatchMedia, BatchToken
 from app.engine.embedding_batches import run_embedding_decode
 from app.engine.errors import CancelledError, DecodeError, EngineError
+from app.engine.options import SchedulerOptions
 from app.engine.prompt_cache import PromptCache
 from app.engine.slots import ControlJob, EmbedJob, Job, Slot, SlotState
 from app.engine.speculative import DraftWant, SpeculationOptions, Speculator
@@ -27,17 +28,6 @@ from app.engine.stats import StatsRecorder
 from app.engine.types import Completion, FinishReason, MediaChunk, PromptProgress, Sampled, Timings, TokenChunk
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class SchedulerOptions:
-    cont_batching: bool = True
-    prompt_cache_bytes: int | None = 0  # the prompt cache's limit (--cache-ram): 0 off, None no limit
-    context_shift: bool = False  # --context-shift
-    slot_similarity: float = 0.1  # -sps: an idle slot holding more than this share of a prompt takes it (0: LRU)
-    kv_unified: bool = False  # -kvu: the slots share one KV cache
-    cache_idle_slots: bool = True  # idle slots' prompts go to the prompt cache (and leave the cells, with -kvu)
-    speculation: SpeculationOptions = field(default_factory=SpeculationOptions)  # --spec-type and the draft settings
 
 
 class Scheduler:

@@ -224,10 +224,11 @@ def test_tensor_split_is_split_at_commas_and_slashes() -> None:
 
 
 def test_loading_options_reach_llama_cpps_model_parameters() -> None:
-    from app.engine.llama.backend import LoadConfig, _model_params
+    from app.engine.llama.config import LoadConfig
+    from app.engine.llama.params import model_params
     from app.engine.types import KvOverride
 
-    params, keep = _model_params(LoadConfig(
+    params, keep = model_params(LoadConfig(
         load_mode="none", lazy_mode="on", check_tensors=True, split_mode="row", tensor_split=(3.0, 1.0),
         main_gpu=1, repack=False, no_host=True,
         kv_overrides=(KvOverride("a", 7), KvOverride("b", 0.25), KvOverride("c", False), KvOverride("d", "x"))), 5)
@@ -242,7 +243,7 @@ def test_loading_options_reach_llama_cpps_model_parameters() -> None:
               overrides[3].value.val_str)
     assert values == (7, 0.25, False, b"x")
     assert len(keep) == 2
-    defaults, _ = _model_params(LoadConfig(), -1)
+    defaults, _ = model_params(LoadConfig(), -1)
     assert (defaults.load_mode, defaults.split_mode, bool(defaults.kv_overrides), bool(defaults.tensor_split)) == (
         -1, 1, False, False)
 
@@ -250,7 +251,7 @@ def test_loading_options_reach_llama_cpps_model_parameters() -> None:
 def test_context_flags_reach_llama_cpps_context_parameters() -> None:
     """The flags whose effect needs a GPU or a sliding-window model (-nkvo, --no-op-offload,
     --swa-full) and -kvu, as llama.cpp's context gets them (app/server/wiring.py -> context_params)."""
-    from app.engine.llama.backend import context_params
+    from app.engine.llama.params import context_params
     from app.server.wiring import backend_config
 
     settings = parse("-nkvo", "--no-op-offload", "--swa-full", "-kvu", "-np", "3", "-ctk", "q8_0", "-fa", "on")

@@ -12,210 +12,29 @@ import ctypes
 import logging
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any, cast
 
 from app.engine.backend import BatchEntry, BatchMedia, BatchToken, ModelInfo, SequenceState
 from app.engine.errors import DecodeError, MediaError, ModelLoadError, UnsupportedError
 from app.engine.llama.bindings import bindings_version, lc
+from app.engine.llama.config import LlamaConfig
 from app.engine.llama.embedder import POOLING_NAMES, LlamaEmbedder
 from app.engine.llama.ggml import gpu_free_bytes, set_up_llama_cpp
 from app.engine.llama.media import LlamaMedia
+from app.engine.llama.params import NUMA_NUMBERS, context_params, model_params, model_shape
 from app.engine.llama.sampler import LlamaSampler, new_sampler
 from app.engine.llama.vocab import LlamaVocabulary, model_meta
-from app.engine.memory_fit import MIB, FitRequest, ModelShape, fit
+from app.engine.memory_fit import MIB, FitRequest, fit
 from app.engine.types import (
-    KV_CACHE_TYPES,
-    LAZY_MODES,
-    LOAD_MODES,
-    NUMA_STRATEGIES,
-    SPLIT_MODES,
-    KvOverride,
     SamplingParams,
 )
 
 log = logging.getLogger(__name__)
 
-_FLASH_ATTN = {"auto": -1, "off": 0, "on": 1}
-# ggml's type numbers of the KV cache types llama-server takes (ggml.h's enum ggml_type)
-_GGML_TYPES = {"f32": 0, "f16": 1, "q4_0": 2, "q4_1": 3, "q5_0": 6, "q5_1": 7, "q8_0": 8, "iq4_nl": 20, "bf16": 30}
-assert set(_GGML_TYPES) == set(KV_CACHE_TYPES)
-_ROPE_SCALING = {"unspecified": -1, "none": 0, "linear": 1, "yarn": 2}
-# llama.h's enum llama_load_mode, llama_lazy_mode, llama_split_mode; ggml-cpu.h's ggml_numa_strategy
-_LOAD_MODE = {"auto": -1, "none": 0, "mmap": 1, "mlock": 2, "mmap+mlock": 3, "dio": 4}
-_LAZY_MODE = {"off": 0, "auto": 1, "on": 2}
-_SPLIT_MODE = {"none": 0, "layer": 1, "row": 2, "tensor": 3}
-_NUMA = {"distribute": 1, "isolate": 2, "numactl": 3}
-assert (set(_LOAD_MODE), set(_LAZY_MODE), set(_SPLIT_MODE), set(_NUMA)) == (
-    set(LOAD_MODES), set(LAZY_MODES), set(SPLIT_MODES), set(NUMA_STRATEGIES))
 
 
-@dataclass(frozen=True)
-class RopeConfig:
-    """RoPE and YaRN overrides; llama.cpp's "from the model" values by default."""
-
-    scaling: str = "unspecified"  # none, linear, yarn
-    freq_base: float = 0.0
-    freq_scale: float = 0.0
-    yarn_orig_ctx: int = 0
-    yarn_ext_factor: float = -1.0
-    yarn_attn_factor: float = -1.0
-    yarn_beta_fast: float = -1.0
-    yarn_beta_slow: float = -1.0
-
-
-@dataclass(frozen=True)
-class LoadConfig:
-    """How the model file is read and placed; llama.cpp's defaults by default."""
-
-    load_mode: str = "auto"  # LOAD_MODES
-    lazy_mode: str = "auto"
-    check_tensors: bool = False
-    kv_overrides: tuple[KvOverride, ...] = ()
-    split_mode: str = "layer"
-    tensor_split: tuple[float, ...] = ()  # a fraction per GPU; () lets llama.cpp split by free memory
-    main_gpu: int = 0
-    repack: bool = True  # llama.cpp's extra buffer types (repacked CPU weights)
-    no_host: bool = False
-    numa: str | None = None  # NUMA_STRATEGIES; None: no NUMA initialisation
-
-
-def _model_params(config: LoadConfig, n_gpu_layers: int) -> tuple[Any, list[Any]]:
-    """llama_model_params for ``config``, and the ctypes arrays they point at (keep them alive until
-    the model is loaded)."""
-    params = lc.llama_model_default_params()
-    params.n_gpu_layers = n_gpu_layers
-    params.load_mode = _LOAD_MODE[config.load_mode]
-    params.lazy_mode = _LAZY_MODE[config.lazy_mode]
-    params.check_tensors = config.check_tensors
-    params.split_mode = _SPLIT_MODE[config.split_mode]
-    params.main_gpu = config.main_gpu
-    params.use_extra_bufts = config.repack
-    params.no_host = config.no_host
-    keep: list[Any] = []
-    if config.tensor_split:
-        devices = int(lc.llama_max_devices())
-        if len(config.tensor_split) > devices:
-            raise ModelLoadError(f"--tensor-split gives {len(config.tensor_split)} fractions; this build takes at "
-                                 f"most {devices} devices")
-        split = (ctypes.c_float * devices)(*config.tensor_split)
-        params.tensor_split = ctypes.cast(split, ctypes.POINTER(ctypes.c_float))
-        keep.append(split)
-    if config.kv_overrides:
-        overrides = (lc.llama_model_kv_override * (len(config.kv_overrides) + 1))()  # an empty key ends the list
-        for slot, override in zip(overrides, config.kv_overrides, strict=False):
-            slot.key = override.key.encode()
-            value = override.value
-            if isinstance(value, bool):
-                slot.tag, slot.value.val_bool = lc.LLAMA_KV_OVERRIDE_TYPE_BOOL, value
-            elif isinstance(value, int):
-                slot.tag, slot.value.val_i64 = lc.LLAMA_KV_OVERRIDE_TYPE_INT, value
-            elif isinstance(value, float):
-                slot.tag, slot.value.val_f64 = lc.LLAMA_KV_OVERRIDE_TYPE_FLOAT, value
-            else:
-                slot.tag, slot.value.val_str = lc.LLAMA_KV_OVERRIDE_TYPE_STR, value.encode()
-        params.kv_overrides = ctypes.cast(overrides, ctypes.POINTER(lc.llama_model_kv_override))
-        keep.append(overrides)
-    return params, keep
-
-
-@dataclass(frozen=True)
-class FitConfig:
-    """--fit: what the fit to free memory may change and the memory it counts on."""
-
-    enabled: bool = False
-    gpu_layers_auto: bool = False  # -ngl auto: the fit chooses the layers
-    min_ctx: int = 4096  # --fit-ctx
-    margin_mib: int = 1024  # --fit-target
-    host_free_bytes: int | None = None  # memory available at start (None: unknown, the context is kept)
-    host_reserved_bytes: int = 0  # promised to the prompt cache
-
-
-_TYPE_BYTES = {"f32": 4.0, "f16": 2.0, "bf16": 2.0, "q8_0": 34 / 32, "q4_0": 18 / 32, "q4_1": 20 / 32,
-               "q5_0": 22 / 32, "q5_1": 24 / 32, "iq4_nl": 18 / 32}  # per element, ggml's block sizes
-assert set(_TYPE_BYTES) == set(KV_CACHE_TYPES)
 _DRAFT_VOCAB_SLACK = 128  # llama.cpp's SPEC_VOCAB_MAX_SIZE_DIFFERENCE: a draft vocabulary may be this much smaller
-
-
-def model_shape(model: Any, type_k: str, type_v: str) -> ModelShape:
-    """What the fit needs of a loaded model (or of one loaded with its metadata only)."""
-    arch = model_meta(model, "general.architecture") or ""
-    n_embd, n_head = int(lc.llama_model_n_embd(model)), max(1, int(lc.llama_model_n_head(model)))
-    n_head_kv = max(1, int(lc.llama_model_n_head_kv(model)))
-
-    def head_dim(key: str) -> int:
-        value = model_meta(model, f"{arch}.attention.{key}")
-        return int(value) if value and value.isdigit() else n_embd // n_head
-
-    per_layer = n_head_kv * (head_dim("key_length") * _TYPE_BYTES[type_k] + head_dim("value_length") *
-                             _TYPE_BYTES[type_v])
-    n_layer = int(lc.llama_model_n_layer(model))
-    return ModelShape(n_layer=n_layer, n_ctx_train=int(lc.llama_model_n_ctx_train(model)), n_embd=n_embd,
-                      n_vocab=int(lc.llama_vocab_n_tokens(lc.llama_model_get_vocab(model))),
-                      weight_bytes=int(lc.llama_model_size(model)), kv_bytes_per_token=int(per_layer * n_layer))
-
-
-@dataclass(frozen=True)
-class LlamaConfig:
-    model_path: str
-    n_ctx: int = 0
-    n_seq: int = 4
-    n_batch: int = 2048
-    n_ubatch: int = 512
-    n_threads: int = 2
-    n_threads_batch: int = 2
-    n_gpu_layers: int = -1
-    flash_attn: str = "auto"
-    verbose: bool = False
-    loras: tuple[str, ...] = ()
-    embed_pooling: str = "unspecified"  # none, mean, cls, last, rank, or the model's own
-    embed_n_ctx: int = 512
-    embed_n_seq: int = 64
-    mmproj: str | None = None  # the multimodal projector file
-    mmproj_offload: bool = True
-    image_min_tokens: int = -1  # -1: the projector's own
-    image_max_tokens: int = -1
-    media_marker: str = "<__media__>"  # what stands for a media item in a prompt's text
-    cache_type_k: str = "f16"
-    cache_type_v: str = "f16"
-    rope: RopeConfig = field(default_factory=RopeConfig)
-    loading: LoadConfig = field(default_factory=LoadConfig)
-    kv_offload: bool = True
-    kv_unified: bool = False  # one KV cache for every slot (-kvu)
-    op_offload: bool = True
-    swa_full: bool = False
-    warmup: bool = True
-    fit: FitConfig = field(default_factory=FitConfig)
-    draft: LlamaConfig | None = None  # the draft model (-md); its slots and context follow this one's
-
-
-def context_params(config: LlamaConfig, n_ctx: int) -> Any:
-    """llama_context_params for the generation context of ``config``, ``n_ctx`` tokens in all."""
-    params = lc.llama_context_default_params()
-    params.n_ctx = n_ctx
-    params.n_batch = config.n_batch
-    params.n_ubatch = min(config.n_ubatch, config.n_batch)
-    params.n_seq_max = config.n_seq
-    params.n_threads = config.n_threads
-    params.n_threads_batch = config.n_threads_batch
-    params.kv_unified = config.kv_unified
-    params.offload_kqv = config.kv_offload
-    params.op_offload = config.op_offload
-    params.swa_full = config.swa_full
-    params.flash_attn_type = _FLASH_ATTN[config.flash_attn]
-    params.type_k = _GGML_TYPES[config.cache_type_k]
-    params.type_v = _GGML_TYPES[config.cache_type_v]
-    rope = config.rope
-    params.rope_scaling_type = _ROPE_SCALING[rope.scaling]
-    params.rope_freq_base = rope.freq_base
-    params.rope_freq_scale = rope.freq_scale
-    params.yarn_orig_ctx = rope.yarn_orig_ctx
-    params.yarn_ext_factor = rope.yarn_ext_factor
-    params.yarn_attn_factor = rope.yarn_attn_factor
-    params.yarn_beta_fast = rope.yarn_beta_fast
-    params.yarn_beta_slow = rope.yarn_beta_slow
-    params.no_perf = True
-    return params
 
 
 class LlamaBackend:
@@ -224,7 +43,7 @@ class LlamaBackend:
     def __init__(self, config: LlamaConfig) -> None:
         set_up_llama_cpp(config.verbose)
         if config.loading.numa is not None:
-            lc.llama_numa_init(_NUMA[config.loading.numa])
+            lc.llama_numa_init(NUMA_NUMBERS[config.loading.numa])
         n_ctx, n_gpu_layers = config.n_ctx, config.n_gpu_layers
         gpus = gpu_free_bytes() if config.fit.enabled else []  # read before any weights go there
         layers_first = bool(gpus) and config.fit.gpu_layers_auto
@@ -318,9 +137,9 @@ class LlamaBackend:
 
     @staticmethod
     def _load(config: LlamaConfig, n_gpu_layers: int, metadata_only: bool = False) -> Any:
-        model_params, keep = _model_params(config.loading, n_gpu_layers)
-        model_params.no_alloc = metadata_only
-        model = lc.llama_model_load_from_file(config.model_path.encode(), model_params)
+        params, keep = model_params(config.loading, n_gpu_layers)
+        params.no_alloc = metadata_only
+        model = lc.llama_model_load_from_file(config.model_path.encode(), params)
         del keep
         if not model:
             checked = " (--check-tensors: a tensor may hold invalid values; the log says)" if (

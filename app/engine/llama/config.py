@@ -1,0 +1,84 @@
+"""What the llama.cpp backend is built from: the model file, its context, how it loads and fits.
+Plain values, without llama_cpp: the settings make them (``app/config/``) before anything is loaded."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from app.engine.types import KvOverride
+
+
+@dataclass(frozen=True)
+class RopeConfig:
+    """RoPE and YaRN overrides; llama.cpp's "from the model" values by default."""
+
+    scaling: str = "unspecified"  # none, linear, yarn
+    freq_base: float = 0.0
+    freq_scale: float = 0.0
+    yarn_orig_ctx: int = 0
+    yarn_ext_factor: float = -1.0
+    yarn_attn_factor: float = -1.0
+    yarn_beta_fast: float = -1.0
+    yarn_beta_slow: float = -1.0
+
+
+@dataclass(frozen=True)
+class LoadConfig:
+    """How the model file is read and placed; llama.cpp's defaults by default."""
+
+    load_mode: str = "auto"  # LOAD_MODES
+    lazy_mode: str = "auto"
+    check_tensors: bool = False
+    kv_overrides: tuple[KvOverride, ...] = ()
+    split_mode: str = "layer"
+    tensor_split: tuple[float, ...] = ()  # a fraction per GPU; () lets llama.cpp split by free memory
+    main_gpu: int = 0
+    repack: bool = True  # llama.cpp's extra buffer types (repacked CPU weights)
+    no_host: bool = False
+    numa: str | None = None  # NUMA_STRATEGIES; None: no NUMA initialisation
+
+
+@dataclass(frozen=True)
+class FitConfig:
+    """--fit: what the fit to free memory may change and the memory it counts on."""
+
+    enabled: bool = False
+    gpu_layers_auto: bool = False  # -ngl auto: the fit chooses the layers
+    min_ctx: int = 4096  # --fit-ctx
+    margin_mib: int = 1024  # --fit-target
+    host_free_bytes: int | None = None  # memory available at start (None: unknown, the context is kept)
+    host_reserved_bytes: int = 0  # promised to the prompt cache
+
+
+@dataclass(frozen=True)
+class LlamaConfig:
+    model_path: str
+    n_ctx: int = 0
+    n_seq: int = 4
+    n_batch: int = 2048
+    n_ubatch: int = 512
+    n_threads: int = 2
+    n_threads_batch: int = 2
+    n_gpu_layers: int = -1
+    flash_attn: str = "auto"
+    verbose: bool = False
+    loras: tuple[str, ...] = ()
+    embed_pooling: str = "unspecified"  # none, mean, cls, last, rank, or the model's own
+    embed_n_ctx: int = 512
+    embed_n_seq: int = 64
+    mmproj: str | None = None  # the multimodal projector file
+    mmproj_offload: bool = True
+    image_min_tokens: int = -1  # -1: the projector's own
+    image_max_tokens: int = -1
+    media_marker: str = "<__media__>"  # what stands for a media item in a prompt's text
+    cache_type_k: str = "f16"
+    cache_type_v: str = "f16"
+    rope: RopeConfig = field(default_factory=RopeConfig)
+    loading: LoadConfig = field(default_factory=LoadConfig)
+    kv_offload: bool = True
+    kv_unified: bool = False  # one KV cache for every slot (-kvu)
+    op_offload: bool = True
+    swa_full: bool = False
+    warmup: bool = True
+    fit: FitConfig = field(default_factory=FitConfig)
+    draft: LlamaConfig | None = None  # the draft model (-md); its slots and context follow this one's
