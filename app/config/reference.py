@@ -49,6 +49,8 @@ def _meaning(option: Option) -> str:
         notes.append(f"one of {_code(option.choices)}")
     if option.minimum is not None:
         notes.append(f"at least {option.minimum:g}")
+    if option.maximum is not None:
+        notes.append(f"at most {option.maximum:g}")
     if option.kind in ("keys", "paths"):
         notes.append("repeatable, or comma-separated")
     if option.secret:

@@ -10,18 +10,18 @@ from __future__ import annotations
 import importlib
 import logging
 import os
-import secrets
 import sys
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from app.config.engine_config import engine_options, llama_config
 from app.config.settings import Settings
-from app.engine import Backend, Engine, EngineOptions
-from app.engine.llama import FitConfig, LlamaBackend, LlamaConfig, LoadConfig, RopeConfig
+from app.engine import Backend, Engine
+from app.engine.llama import LlamaBackend, LlamaConfig
 from app.host.cpu_placement import place_compute_threads
 from app.host.memory import available_memory_bytes
 from app.model_sources.gcs import default_cache_dir, fetch_model, find_projector, is_gcs_uri
@@ -62,61 +62,6 @@ def exit_on_load_failure(exc: BaseException) -> None:
     os._exit(4)
 
 
-def draft_config(settings: Settings, target: LlamaConfig, draft_path: str) -> LlamaConfig:
-    """The draft model's config (-md): the target's, with the --spec-draft-* settings; its slots and
-    context length are the target's (set when the target has loaded)."""
-    threads = settings.spec_draft_threads if settings.spec_draft_threads > 0 else target.n_threads
-    return replace(target, model_path=draft_path, n_gpu_layers=settings.draft_gpu_layers, n_threads=threads,
-                   n_threads_batch=settings.spec_draft_threads_batch if settings.spec_draft_threads_batch > 0
-                   else threads, loras=(), mmproj=None, cache_type_k=settings.spec_draft_type_k,
-                   cache_type_v=settings.spec_draft_type_v, loading=replace(target.loading, kv_overrides=()),
-                   fit=FitConfig(), draft=None)
-
-
-def backend_config(settings: Settings, model_path: str, mmproj_path: str | None = None,
-                   prompt_cache_bytes: int | None = 0, draft_path: str | None = None) -> LlamaConfig:
-    config = LlamaConfig(
-        model_path=model_path,
-        n_ctx=settings.ctx_size,
-        n_seq=settings.slot_count,
-        n_batch=settings.batch_size,
-        n_ubatch=settings.ubatch_size,
-        n_threads=settings.cpu_threads,
-        n_threads_batch=settings.cpu_threads_batch,
-        n_gpu_layers=settings.gpu_layers,
-        flash_attn=settings.flash_attn_mode,
-        verbose=settings.debug_logs,
-        loras=tuple(path for path, _ in settings.lora_adapters),
-        embed_pooling="rank" if settings.reranking else settings.pooling,
-        embed_n_ctx=settings.ubatch_size,
-        mmproj=mmproj_path,
-        mmproj_offload=settings.mmproj_offload,
-        image_min_tokens=settings.image_min_tokens,
-        image_max_tokens=settings.image_max_tokens,
-        media_marker=settings.media_marker or f"<__media_{secrets.token_hex(8)}__>",
-        cache_type_k=settings.cache_type_k,
-        cache_type_v=settings.cache_type_v,
-        rope=RopeConfig(scaling=settings.rope_scaling or "unspecified", freq_base=settings.rope_freq_base or 0.0,
-                        freq_scale=settings.rope_frequency_scale, yarn_orig_ctx=settings.yarn_orig_ctx,
-                        yarn_ext_factor=settings.yarn_ext_factor, yarn_attn_factor=settings.yarn_attn_factor,
-                        yarn_beta_fast=settings.yarn_beta_fast, yarn_beta_slow=settings.yarn_beta_slow),
-        loading=LoadConfig(load_mode=settings.model_load_mode, lazy_mode=settings.lazy_mode,
-                           check_tensors=settings.check_tensors, kv_overrides=settings.kv_overrides,
-                           split_mode=settings.split_mode, tensor_split=settings.tensor_split_fractions,
-                           main_gpu=settings.main_gpu, repack=settings.repack, no_host=settings.no_host,
-                           numa=settings.numa),
-        kv_offload=settings.kv_offload,
-        kv_unified=settings.kv_unified,
-        op_offload=settings.op_offload,
-        swa_full=settings.swa_full,
-        warmup=settings.warmup,
-        fit=FitConfig(enabled=settings.fit_enabled, gpu_layers_auto=settings.n_gpu_layers == "auto",
-                      min_ctx=settings.fit_ctx, margin_mib=settings.fit_margin_mib,
-                      host_free_bytes=available_memory_bytes(), host_reserved_bytes=prompt_cache_bytes or 0),
-    )
-    return config if draft_path is None else replace(config, draft=draft_config(settings, config, draft_path))
-
-
 def build_application(
     settings: Settings,
     model_path: str,
@@ -146,7 +91,7 @@ def build_application(
         draft = settings.spec_draft_model
         if draft is not None and is_gcs_uri(draft):
             draft = str(fetch_model(draft, cache))
-        return make_backend(backend_config(settings, local, projector, prompt_cache, draft))
+        return make_backend(llama_config(settings, local, projector, prompt_cache, draft))
 
     built: list[ServerContext] = []  # the context, once the HTTP side is built
     http_built = threading.Event()
@@ -166,20 +111,7 @@ def build_application(
              else f"up to {prompt_cache >> 20} MiB of host RAM")
     engine = Engine(
         load_backend,
-        EngineOptions(
-            cont_batching=settings.cont_batching,
-            n_predict_default=settings.n_predict,
-            sleep_idle_seconds=settings.sleep_idle_seconds,
-            lora_scales=tuple(scale for _, scale in settings.lora_adapters),
-            max_queue=settings.max_queue,
-            deadline_seconds=settings.predict_deadline,
-            prompt_cache_bytes=prompt_cache,
-            context_shift=settings.context_shift,
-            slot_similarity=settings.slot_prompt_similarity,
-            kv_unified=settings.kv_unified,
-            cache_idle_slots=settings.cache_idle_slots,
-            speculation=settings.speculation,
-        ),
+        engine_options(settings, prompt_cache),
         on_ready=ready,
         on_load_failure=on_load_failure,
     )

@@ -250,18 +250,18 @@ def test_loading_options_reach_llama_cpps_model_parameters() -> None:
 
 def test_context_flags_reach_llama_cpps_context_parameters() -> None:
     """The flags whose effect needs a GPU or a sliding-window model (-nkvo, --no-op-offload,
-    --swa-full) and -kvu, as llama.cpp's context gets them (app/server/wiring.py -> context_params)."""
+    --swa-full) and -kvu, as llama.cpp's context gets them (app/config/engine_config.py -> context_params)."""
+    from app.config.engine_config import llama_config
     from app.engine.llama.params import context_params
-    from app.server.wiring import backend_config
 
     settings = parse("-nkvo", "--no-op-offload", "--swa-full", "-kvu", "-np", "3", "-ctk", "q8_0", "-fa", "on")
-    params = context_params(backend_config(settings, "/models/m.gguf"), 4096)
+    params = context_params(llama_config(settings, "/models/m.gguf"), 4096)
     assert (params.offload_kqv, params.op_offload, params.swa_full, params.kv_unified) == (False, False, True, True)
     assert (params.n_ctx, params.n_seq_max, params.type_k, params.flash_attn_type) == (4096, 3, 8, 1)
-    defaults = context_params(backend_config(parse(), "/models/m.gguf"), 1024)
+    defaults = context_params(llama_config(parse(), "/models/m.gguf"), 1024)
     assert (defaults.offload_kqv, defaults.op_offload, defaults.swa_full, defaults.kv_unified) == (True, True, False,
                                                                                                   False)
-    loading = backend_config(parse("--no-repack", "--no-host", "-sm", "none", "-mg", "1", "-ts", "1,1"), "m").loading
+    loading = llama_config(parse("--no-repack", "--no-host", "-sm", "none", "-mg", "1", "-ts", "1,1"), "m").loading
     assert (loading.repack, loading.no_host, loading.split_mode, loading.main_gpu, loading.tensor_split) == (
         False, True, "none", 1, (1.0, 1.0))
 
@@ -273,3 +273,16 @@ def test_long_flags_may_spell_dashes_as_underscores_as_in_llama_server() -> None
     assert parse("--backend_sampling").notes == parse("--backend-sampling").notes != ()
     with pytest.raises(SystemExit):
         parse_settings(["--no_such_flag"], {})  # still unknown: refused as before
+
+
+@pytest.mark.parametrize(("flag", "value", "bound"), [
+    ("--port", "65536", "above the maximum 65535"), ("--poll", "101", "above the maximum 100"),
+    ("--cpu-strict", "2", "above the maximum 1"), ("--prio", "4", "above the maximum 3"),
+    ("--prio", "-2", "below the minimum -1"), ("--spec-draft-p-min", "1.5", "above the maximum 1"),
+])
+def test_an_options_declared_bounds_are_enforced_and_named(flag: str, value: str, bound: str) -> None:
+    """Bounds are declared with the option (Option.minimum/maximum), not hand-written in a check."""
+    with pytest.raises(SettingsError, match=f"{flag}.*{bound}"):
+        parse_settings([flag, value], {}, error=lambda message: None)
+    dest = next(option.dest for option in OPTIONS if flag in option.flags)
+    assert getattr(parse_settings([flag, "1"], {}), dest) == 1  # within the bounds: taken

@@ -1,0 +1,75 @@
+"""Chat templates, reasoning, and the media a prompt may carry."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from app.config.options import FALSE, TRUE, SettingsError, option
+
+
+@dataclass(frozen=True)
+class ChatSettings:
+    """Chat templates, reasoning, and the media a prompt may carry."""
+
+    chat_template_kwargs: str | None = option(("--chat-template-kwargs",), "str", None,
+        "default arguments of the chat template, a JSON object (a request's own chat_template_kwargs add to "
+        "them and win)", env="LLAMA_ARG_CHAT_TEMPLATE_KWARGS", metavar="JSON")
+    jinja: bool = option(("--jinja",), "bool", True,
+        "render chat with the model's Jinja template (--no-jinja: llama.cpp's built-in templates)",
+        env="LLAMA_ARG_JINJA", negative_flags=("--no-jinja",))
+    chat_template: str | None = option(("--chat-template",), "str", None,
+        "chat template: a built-in name (chatml) or Jinja source", env="LLAMA_ARG_CHAT_TEMPLATE",
+        metavar="JINJA")
+    chat_template_file: str | None = option(("--chat-template-file",), "str", None,
+        "file holding a Jinja chat template", env="LLAMA_ARG_CHAT_TEMPLATE_FILE", metavar="FNAME")
+    reasoning_format: str = option(("--reasoning-format",), "choice", "auto",
+        "how <think> text is returned: auto/deepseek (split into reasoning_content), deepseek-legacy "
+        "(split and kept in the content), none (left in the content)", env="LLAMA_ARG_THINK",
+        choices=("auto", "none", "deepseek", "deepseek-legacy"))
+    reasoning: str = option(("-rea", "--reasoning"), "str", "auto",
+        "thinking in chats: on, off (the template's enable_thinking) or auto (the template's default)",
+        env="LLAMA_ARG_REASONING", metavar="[on|off|auto]")
+    reasoning_effort: str | None = option(("--reasoning-effort",), "str", None,
+        "the default reasoning_effort of chats (a template argument, e.g. low, medium, high; none: no thinking)",
+        env="LLAMA_ARG_REASONING_EFFORT", metavar="EFFORT")
+    reasoning_budget: int = option(("--reasoning-budget",), "int", -1,
+        "tokens a chat may think before its end of thinking is forced in (-1: no limit, 0: none); a request's "
+        "reasoning_budget_tokens wins", env="LLAMA_ARG_THINK_BUDGET", minimum=-1, metavar="N")
+    reasoning_budget_message: str | None = option(("--reasoning-budget-message",), "str", None,
+        "text put before the forced end of thinking", env="LLAMA_ARG_THINK_BUDGET_MESSAGE", metavar="MESSAGE")
+    media_path: str | None = option(("--media-path",), "str", None,
+        "the directory file:// media in requests may come from (default: file:// is refused)",
+        env="LLAMA_ARG_MEDIA_PATH", metavar="DIR")
+    media_urls: bool = option(("--media-urls",), "bool", False,
+        "fetch http(s) image and audio URLs given in requests (default: only data: URIs and --media-path files)",
+        env="LLAMA_ARG_MEDIA_URLS", negative_flags=("--no-media-urls",))
+    media_max_bytes: int = option(("--media-max-bytes",), "int", 20 * 1024 * 1024,
+        "largest media item a request may give or a URL may return", env="LLAMA_ARG_MEDIA_MAX_BYTES", minimum=1)
+    media_marker: str | None = option(("--media-marker",), "str", None,
+        "the text that stands for a media item in prompts and prompt_string (default: random per start, as "
+        "llama-server's; /props reports it)", env="LLAMA_MEDIA_MARKER", metavar="TEXT")
+
+    @property
+    def template_kwargs(self) -> dict[str, Any]:
+        """The template's default arguments: --reasoning on/off as enable_thinking, then
+        --chat-template-kwargs (checked to be a JSON object at start-up)."""
+        thinking = self.reasoning.strip().lower()
+        kwargs: dict[str, Any] = {"enable_thinking": thinking in TRUE} if thinking in TRUE | FALSE else {}
+        return kwargs | (dict(json.loads(self.chat_template_kwargs)) if self.chat_template_kwargs else {})
+
+    def check(self) -> None:
+        """--chat-template-kwargs is a JSON object, --reasoning a switch, and one template is given."""
+        if self.chat_template_kwargs is not None:
+            try:
+                parsed = json.loads(self.chat_template_kwargs)
+            except ValueError:
+                parsed = None
+            if not isinstance(parsed, dict):
+                raise SettingsError(
+                    "--chat-template-kwargs: must be a JSON object, e.g. '{\"enable_thinking\": false}'")
+        if self.reasoning.strip().lower() not in TRUE | FALSE | {"auto", "-1"}:
+            raise SettingsError(f"--reasoning: invalid value {self.reasoning!r} (expected on, off or auto)")
+        if self.chat_template and self.chat_template_file:
+            raise SettingsError("--chat-template and --chat-template-file cannot be used together")

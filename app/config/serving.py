@@ -1,0 +1,153 @@
+"""Slots and batching, the caches, the queue, speculative decoding, request defaults."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from app.config.options import SettingsError, option, parse_gpu_layers
+from app.engine.speculative import SPEC_TYPES, UPSTREAM_ONLY_SPEC_TYPES, SpeculationOptions
+from app.engine.types import (
+    KV_CACHE_TYPES,
+)
+
+DEFAULT_CACHE_RAM_MIB = 8192  # llama-server's
+
+
+@dataclass(frozen=True)
+class ServingSettings:
+    """Slots and batching, the caches, the queue, speculative decoding, request defaults."""
+
+    ctx_size: int = option(("-c", "--ctx-size"), "int", 0,
+        "total context size in tokens (0 = from the model); each slot gets ctx-size / parallel",
+        env="LLAMA_ARG_CTX_SIZE", minimum=0)
+    n_parallel: int = option(("-np", "--parallel"), "int", -1,
+        "number of slots, i.e. sequences decoded together (-1 = auto: 4)",
+        env="LLAMA_ARG_N_PARALLEL", minimum=-1)
+    batch_size: int = option(("-b", "--batch-size"), "int", 2048,
+        "logical batch size: most tokens in one decode step", env="LLAMA_ARG_BATCH", minimum=1)
+    ubatch_size: int = option(("-ub", "--ubatch-size"), "int", 512,
+        "physical batch size", env="LLAMA_ARG_UBATCH", minimum=1)
+    kv_unified: bool = option(("-kvu", "--kv-unified"), "bool", False,
+        "one KV cache that every slot shares: a slot may take the whole --ctx-size while the others leave "
+        "room (default: per-slot cells of ctx-size / parallel, so batched output equals solo output)",
+        env="LLAMA_ARG_KV_UNIFIED", negative_flags=("-no-kvu", "--no-kv-unified"))
+    cache_idle_slots: bool = option(("--cache-idle-slots",), "bool", True,
+        "when a request starts, idle slots' prompts go to the prompt cache (--cache-ram), and with -kvu their "
+        "cells are freed", env="LLAMA_ARG_CACHE_IDLE_SLOTS", negative_flags=("--no-cache-idle-slots",))
+    context_shift: bool = option(("--context-shift",), "bool", False,
+        "when a generation fills its slot's context, drop the oldest tokens after --keep and go on (off: it ends, "
+        "truncated)", env="LLAMA_ARG_CONTEXT_SHIFT", negative_flags=("--no-context-shift",))
+    keep: int = option(("--keep",), "int", 0,
+        "prompt tokens a context shift keeps (-1: the whole prompt); a request's n_keep wins", minimum=-1)
+    n_predict: int = option(("-n", "--n-predict", "--predict"), "int", -1,
+        "most tokens to generate for a request that sets no budget (-1 = until the context is full); a "
+        "request's own n_predict or max_tokens wins, as in llama-server",
+        env="LLAMA_ARG_N_PREDICT", minimum=-1)
+    spm_infill: bool = option(("--spm-infill",), "bool", False,
+        "lay out /infill prompts suffix first (<FIM_SUF>suffix<FIM_PRE>prefix), for models trained that way")
+    embd_normalize: int = option(("--embd-normalize",), "int", 2,
+        "default normalization of native embeddings (-1: none, 0: max absolute int16, 1: taxicab, 2: Euclidean, "
+        ">2: p-norm)", minimum=-1)
+    cont_batching: bool = option(("-cb", "--cont-batching"), "bool", True,
+        "continuous batching: admit new requests while others generate",
+        env="LLAMA_ARG_CONT_BATCHING", negative_flags=("-nocb", "--no-cont-batching"))
+    cache_prompt: bool = option(("--cache-prompt",), "bool", True,
+        "reuse each slot's KV prefix across requests (the per-request default)",
+        env="LLAMA_ARG_CACHE_PROMPT", negative_flags=("--no-cache-prompt",))
+    cache_reuse: int = option(("--cache-reuse",), "int", 0,
+        "reuse cached chunks of at least this many tokens that follow the common prefix, by moving their KV "
+        "cells (0: off); a request's n_cache_reuse wins", env="LLAMA_ARG_CACHE_REUSE", minimum=0, metavar="N")
+    slot_prompt_similarity: float = option(("-sps", "--slot-prompt-similarity"), "float", 0.1,
+        "a request goes to the idle slot whose cache holds the largest share of its prompt when that share is over "
+        "this; else to the least recently used slot (0: always)", minimum=0, metavar="SIMILARITY")
+    cache_ram: int | None = option(("-cram", "--cache-ram"), "int", None,
+        "prompt cache in host RAM, MiB: prompt states that leave their slot are kept and restored into any slot "
+        "whose request shares their prefix (default: the smaller of 8192 and a quarter of the memory available "
+        "at start; -1: no limit; 0: off)", env="LLAMA_ARG_CACHE_RAM", minimum=-1, metavar="MIB")
+    spec_type: str = option(("--spec-type",), "str", "none",
+        "comma-separated speculative decoding types, tried in order: ngram-simple (drafts from the slot's own "
+        "history), draft-simple (a draft model; the default when --spec-draft-model is given), none",
+        env="LLAMA_ARG_SPEC_TYPE", metavar="TYPES")
+    spec_draft_model: str | None = option(("-md", "--model-draft", "--spec-draft-model"), "str", None,
+        "draft model for speculative decoding (same vocabulary; a path or a gs:// URI)",
+        env="LLAMA_ARG_SPEC_DRAFT_MODEL", metavar="FNAME")
+    spec_draft_n_max: int = option(("--spec-draft-n-max",), "int", 3,
+        "most tokens the draft model drafts per step (a request's speculative.n_max wins)",
+        env="LLAMA_ARG_SPEC_DRAFT_N_MAX", minimum=0, metavar="N")
+    spec_draft_n_min: int = option(("--spec-draft-n-min",), "int", 0,
+        "a shorter draft-model draft is not verified (a request's speculative.n_min wins)",
+        env="LLAMA_ARG_SPEC_DRAFT_N_MIN", minimum=0, metavar="N")
+    spec_draft_p_min: float = option(("--spec-draft-p-min", "--draft-p-min"), "float", 0.0,
+        "a draft ends at a token the draft model gives less than this probability (a request's speculative.p_min "
+        "wins)", env="LLAMA_ARG_SPEC_DRAFT_P_MIN", minimum=0, maximum=1, metavar="P")
+    spec_draft_ngl: str = option(("-ngld", "--gpu-layers-draft", "--n-gpu-layers-draft", "--spec-draft-ngl"), "str",
+        "auto", "draft model layers to offload to the GPU: a number, 'auto' or 'all'",
+        env="LLAMA_ARG_N_GPU_LAYERS_DRAFT", metavar="N")
+    spec_draft_threads: int = option(("-td", "--threads-draft", "--spec-draft-threads"), "int", -1,
+        "CPU threads of the draft model (-1: --threads)", minimum=-1, metavar="N")
+    spec_draft_threads_batch: int = option(("-tbd", "--threads-batch-draft", "--spec-draft-threads-batch"), "int", -1,
+        "CPU threads of the draft model's prompt processing (-1: --threads-draft)", minimum=-1, metavar="N")
+    spec_draft_type_k: str = option(("-ctkd", "--cache-type-k-draft", "--spec-draft-type-k"), "choice", "f16",
+        "the draft model's KV cache data type for K", choices=KV_CACHE_TYPES, metavar="TYPE")
+    spec_draft_type_v: str = option(("-ctvd", "--cache-type-v-draft", "--spec-draft-type-v"), "choice", "f16",
+        "the draft model's KV cache data type for V", choices=KV_CACHE_TYPES, metavar="TYPE")
+    spec_ngram_simple_size_n: int = option(("--spec-ngram-simple-size-n",), "int", 12,
+        "ngram-simple: tokens looked up in the history (the last sampled one included)", minimum=1, metavar="N")
+    spec_ngram_simple_size_m: int = option(("--spec-ngram-simple-size-m",), "int", 48,
+        "ngram-simple: most tokens drafted after a match", minimum=1, metavar="N")
+    slot_save_path: str | None = option(("--slot-save-path",), "str", None,
+        "directory for POST /slots/{id}?action=save|restore files", env="LLAMA_ARG_SLOT_SAVE_PATH",
+        metavar="PATH")
+    sleep_idle_seconds: int = option(("--sleep-idle-seconds",), "int", -1,
+        "free the model after this many idle seconds and load it again on the next request (-1: never)",
+        env="LLAMA_ARG_SLEEP_IDLE_SECONDS", minimum=-1)
+    max_queue: int = option(("--max-queue",), "int", 64,
+        "requests that may wait for a free slot; more are answered 503 at once", env="LLAMA_ARG_MAX_QUEUE",
+        minimum=0)
+
+    @property
+    def slot_count(self) -> int:
+        """``--parallel`` with ``-1`` (auto) resolved to llama-server's 4."""
+        return 4 if self.n_parallel == -1 else self.n_parallel
+
+    def prompt_cache_bytes(self, available: int | None) -> int | None:
+        """The prompt cache's limit in bytes (0: off, None: no limit). llama-server's default is 8192
+        MiB; here a container shares its memory with the weights (on CPU) and a Vertex AI machine may
+        be small, so the default is also held to a quarter of the memory ``available`` at start."""
+        if self.cache_ram is not None:
+            return None if self.cache_ram < 0 else self.cache_ram << 20
+        default = DEFAULT_CACHE_RAM_MIB << 20
+        return default if available is None else min(default, available // 4)
+
+    @property
+    def spec_type_names(self) -> tuple[str, ...]:
+        """--spec-type's comma-separated names, as given."""
+        return tuple(kind.strip() for kind in self.spec_type.split(",") if kind.strip())
+
+    @property
+    def speculation(self) -> SpeculationOptions:
+        """--spec-type and the --spec-* settings; a draft model alone means draft-simple, as upstream."""
+        types = tuple(kind for kind in self.spec_type_names if kind != "none")
+        if not types and self.spec_draft_model is not None:
+            types = ("draft-simple",)
+        return SpeculationOptions(types=types, draft_n_max=self.spec_draft_n_max, draft_n_min=self.spec_draft_n_min,
+                                  draft_p_min=self.spec_draft_p_min, ngram_size_n=self.spec_ngram_simple_size_n,
+                                  ngram_size_m=self.spec_ngram_simple_size_m)
+
+    @property
+    def draft_gpu_layers(self) -> int:
+        """``-ngld`` as llama.cpp's number (``auto``/``all``: every layer)."""
+        return parse_gpu_layers("--spec-draft-ngl/-ngld", self.spec_draft_ngl)
+
+    def check(self) -> None:
+        """--parallel, the draft model's layers and the speculative types; a SettingsError names the option."""
+        if self.n_parallel == 0:
+            raise SettingsError("--parallel/-np: must be -1 (auto) or at least 1")
+        _ = self.draft_gpu_layers
+        for kind in self.spec_type_names:
+            if kind in UPSTREAM_ONLY_SPEC_TYPES:
+                raise SettingsError(f"--spec-type {kind}: not implemented here (implemented: {', '.join(SPEC_TYPES)})")
+            if kind not in SPEC_TYPES:
+                raise SettingsError(f"--spec-type: unknown type {kind!r} (implemented: {', '.join(SPEC_TYPES)})")
+        if "draft-simple" in self.speculation.types and self.spec_draft_model is None:
+            raise SettingsError("--spec-type draft-simple: give the draft model with --spec-draft-model/-md")

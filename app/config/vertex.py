@@ -1,0 +1,26 @@
+"""Vertex AI's prediction route: the default route, the deadline, the answer's size."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from app.config.options import option
+
+
+@dataclass(frozen=True)
+class VertexSettings:
+    """Vertex AI's prediction route: the default route, the deadline, the answer's size."""
+
+    predict_default_route: str = option(("--predict-default-route",), "str", "/v1/chat/completions",
+        "on Vertex AI, the route that answers a predict body that is not an instances envelope "
+        "(:rawPredict, :streamRawPredict)", env="LLAMA_ARG_PREDICT_DEFAULT_ROUTE", metavar="PATH")
+    predict_deadline: float = option(("--predict-deadline",), "float", 0.0,
+        "end every generation this many seconds after it was submitted, returning what it has "
+        "(finish_reason length): set it below the endpoint's time limit (0: no deadline)",
+        env="LLAMA_ARG_PREDICT_DEADLINE", minimum=0, metavar="SECONDS")
+    max_response_bytes: int = option(("--max-response-bytes",), "int", 0,
+        "largest /predict answer (an error naming the limit above it): a shared Vertex AI endpoint takes "
+        "1.5 MB (0: no limit)", env="LLAMA_ARG_MAX_RESPONSE_BYTES", minimum=0, metavar="BYTES")
+
+    def check(self) -> None:
+        """Nothing beyond the options' own bounds."""
