@@ -9,7 +9,6 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from app.handlers.chat_pipeline import (
-    ChatBody,
     ChatChoice,
     chat_deltas,
     chat_prompt_tokens,
@@ -20,7 +19,7 @@ from app.handlers.chat_pipeline import (
 )
 from app.handlers.context import ServerContext
 from app.handlers.generation import ping_interval, stream_reply
-from app.handlers.params import validate_body
+from app.handlers.params import ChatBody, validate_body
 from app.handlers.shapes import (
     merged_timings,
     native_final,

@@ -7,23 +7,19 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal
-
-from pydantic import BaseModel, ConfigDict, Field
+from typing import Any
 
 from app.engine import Completion, FinishReason, GenerationRequest, TokenChunk
 from app.engine.types import MediaChunk, ReasoningBudget, TokenProbs
 from app.handlers.context import ServerContext
 from app.handlers.generation import JobGroup, Streamed
 from app.handlers.media import SOURCE_FIELD, MediaItem, decode_base64, media_from_url, media_marker, tokenize_with_media
-from app.handlers.params import GenerationFields, completions_count, generation_request, grammar_for
+from app.handlers.params import ChatBody, ChatMessage, ContentPart, completions_count, generation_request, grammar_for
 from app.handlers.reasoning import CLOSE, FORMATS, OPEN, ReasoningStream, split_reasoning
 from app.handlers.shapes import chunk_extras, finish_reason, probability_entries, probs_within_text
 from app.handlers.tools import (
     ToolCall,
-    ToolChoice,
     ToolPlan,
-    ToolSpec,
     call_grammar,
     call_markers,
     messages_for_template,
@@ -32,57 +28,6 @@ from app.handlers.tools import (
     template_renders_tools,
 )
 from app.protocol.errors import InvalidRequestError
-
-Role = Literal["system", "developer", "user", "assistant", "tool", "function"]
-
-
-class ContentPart(BaseModel):
-    model_config = ConfigDict(extra="allow")
-    type: str
-    text: str | None = None
-
-
-class ChatMessage(BaseModel):
-    model_config = ConfigDict(extra="allow")
-    role: Role
-    content: str | list[ContentPart] | None = None
-    name: str | None = None
-    tool_calls: list[dict[str, Any]] | None = None
-    tool_call_id: str | None = None
-    reasoning_content: str | None = None
-
-
-class JsonSchemaFormat(BaseModel):
-    model_config = ConfigDict(extra="allow")
-    name: str | None = None
-    schema_: Any = Field(None, alias="schema")
-    strict: bool | None = None
-
-
-class ResponseFormat(BaseModel):
-    model_config = ConfigDict(extra="allow")
-    type: str
-    schema_: Any = Field(None, alias="schema")
-    json_schema: JsonSchemaFormat | None = None
-
-
-class ChatBody(GenerationFields):
-    messages: list[ChatMessage] = Field(min_length=1)
-    add_generation_prompt: bool = True
-    continue_final_message: bool | str | None = None  # true, "content" or "reasoning_content": continue it
-    chat_template_kwargs: dict[str, Any] | None = None
-    tools: list[ToolSpec] | None = None
-    tool_choice: ToolChoice | None = None
-    parallel_tool_calls: bool = False
-    response_format: ResponseFormat | None = None
-    logprobs: bool | None = None
-    top_logprobs: int | None = Field(None, ge=0, le=20)
-    reasoning_format: str | None = None
-    reasoning_budget_tokens: int | None = Field(None, ge=-1)  # -1: --reasoning-budget
-    thinking_budget_tokens: int | None = Field(None, ge=-1)  # the same, another name
-    reasoning_budget_message: str | None = None  # default: --reasoning-budget-message
-    reasoning_control: bool = False  # POST /v1/chat/completions/control may end the thinking
-    reasoning_effort: str | None = None  # a template argument; "none" turns thinking off
 
 
 def _part_media(ctx: ServerContext, part: ContentPart, field: str) -> MediaItem | None:

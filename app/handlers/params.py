@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import replace
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -21,6 +21,7 @@ from app.handlers.context import ServerContext
 from app.handlers.lora import scales_from
 from app.handlers.request_limits import check_costs, check_logit_bias
 from app.handlers.sampling import SamplingOverrides, overridden, sampler_order, seed_of
+from app.handlers.tools import ToolChoice, ToolSpec
 from app.protocol.errors import InvalidRequestError
 
 log = logging.getLogger(__name__)
@@ -244,3 +245,57 @@ def generation_request(
         return_progress=fields.return_progress and fields.stream,
         speculative=SpeculativeParams(fields.speculative_n_max, fields.speculative_n_min, fields.speculative_p_min),
     )
+
+
+# ---- the chat body: /v1/chat/completions, and what /v1/responses, /v1/messages and transcriptions become
+
+Role = Literal["system", "developer", "user", "assistant", "tool", "function"]
+
+
+class ContentPart(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    type: str
+    text: str | None = None
+
+
+class ChatMessage(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    role: Role
+    content: str | list[ContentPart] | None = None
+    name: str | None = None
+    tool_calls: list[dict[str, Any]] | None = None
+    tool_call_id: str | None = None
+    reasoning_content: str | None = None
+
+
+class JsonSchemaFormat(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    name: str | None = None
+    schema_: Any = Field(None, alias="schema")
+    strict: bool | None = None
+
+
+class ResponseFormat(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    type: str
+    schema_: Any = Field(None, alias="schema")
+    json_schema: JsonSchemaFormat | None = None
+
+
+class ChatBody(GenerationFields):
+    messages: list[ChatMessage] = Field(min_length=1)
+    add_generation_prompt: bool = True
+    continue_final_message: bool | str | None = None  # true, "content" or "reasoning_content": continue it
+    chat_template_kwargs: dict[str, Any] | None = None
+    tools: list[ToolSpec] | None = None
+    tool_choice: ToolChoice | None = None
+    parallel_tool_calls: bool = False
+    response_format: ResponseFormat | None = None
+    logprobs: bool | None = None
+    top_logprobs: int | None = Field(None, ge=0, le=20)
+    reasoning_format: str | None = None
+    reasoning_budget_tokens: int | None = Field(None, ge=-1)  # -1: --reasoning-budget
+    thinking_budget_tokens: int | None = Field(None, ge=-1)  # the same, another name
+    reasoning_budget_message: str | None = None  # default: --reasoning-budget-message
+    reasoning_control: bool = False  # POST /v1/chat/completions/control may end the thinking
+    reasoning_effort: str | None = None  # a template argument; "none" turns thinking off

@@ -11,7 +11,6 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag
 
 from app.handlers.chat_pipeline import (
-    ChatBody,
     ChatChoice,
     ChatDelta,
     chat_deltas,
@@ -23,7 +22,7 @@ from app.handlers.chat_pipeline import (
 from app.handlers.context import ServerContext
 from app.handlers.generation import ping_interval, stream_reply
 from app.handlers.media import SOURCE_FIELD
-from app.handlers.params import validate_body
+from app.handlers.params import ChatBody, validate_body
 from app.handlers.shapes import random_id, timings_body
 from app.protocol.api import ApiReply, ApiRequest, SseEvent
 from app.protocol.errors import InvalidRequestError

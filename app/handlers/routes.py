@@ -20,7 +20,6 @@ from app.handlers.chat import (
     post_chat_control,
     post_chat_input_tokens,
 )
-from app.handlers.chat_pipeline import ChatBody
 from app.handlers.completions import CompletionBody, post_completion, post_openai_completions
 from app.handlers.context import ServerContext
 from app.handlers.embeddings import (
@@ -34,6 +33,7 @@ from app.handlers.embeddings import (
 from app.handlers.infill import InfillBody, post_infill
 from app.handlers.lora import LoraScalesBody, get_lora_adapters, post_lora_adapters
 from app.handlers.openapi import get_openapi
+from app.handlers.params import ChatBody
 from app.handlers.responses import ResponsesBody, post_responses, post_responses_input_tokens
 from app.handlers.server_info import (
     get_health,

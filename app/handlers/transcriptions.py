@@ -11,10 +11,10 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from app.handlers.chat_pipeline import ChatBody, ChatDelta, chat_deltas, prepare_chat, run_chat, submit_chat
+from app.handlers.chat_pipeline import ChatDelta, chat_deltas, prepare_chat, run_chat, submit_chat
 from app.handlers.context import ServerContext
 from app.handlers.generation import ping_interval, stream_reply
-from app.handlers.params import validate_body
+from app.handlers.params import ChatBody, validate_body
 from app.protocol.api import ApiReply, ApiRequest, SseEvent
 from app.protocol.errors import InvalidRequestError, NotSupportedError
 
