@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag
@@ -282,6 +282,28 @@ def post_responses_input_tokens(ctx: ServerContext, request: ApiRequest) -> ApiR
     return ApiReply(body={"input_tokens": len(tokens), "object": "response.input_tokens"})
 
 
+def _close_message(event: Callable[..., SseEvent], ids: _Ids, index: int, text: str,
+                   final: ChatChoice) -> Iterator[SseEvent]:
+    """The events that end the streamed message: its text, its content part, the item."""
+    part = {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+    yield event("response.output_text.done", item_id=ids.message, output_index=index, content_index=0, text=text,
+                logprobs=[])
+    yield event("response.content_part.done", item_id=ids.message, output_index=index, content_index=0, part=part)
+    yield event("response.output_item.done", output_index=index, item=_message_item(ids, text, _message_status(final)))
+
+
+def _tool_call_events(event: Callable[..., SseEvent], final: ChatChoice, next_index: int) -> Iterator[SseEvent]:
+    """Each tool call of the answer as its own output item, from ``next_index`` on."""
+    for index, call in enumerate(final.tool_calls, start=next_index):
+        item = _call_item(call, "", "in_progress")
+        yield event("response.output_item.added", output_index=index, item=item)
+        yield event("response.function_call_arguments.delta", item_id=item["id"], output_index=index,
+                    delta=call.arguments)
+        yield event("response.function_call_arguments.done", item_id=item["id"], output_index=index,
+                    arguments=call.arguments)
+        yield event("response.output_item.done", output_index=index, item=_call_item(call, call.arguments, "completed"))
+
+
 def _stream(ctx: ServerContext, body: ResponsesBody, prepared: Any, deltas: Iterator[ChatDelta], ids: _Ids,
              created: int) -> Iterator[SseEvent]:
     sequence = 0
@@ -328,23 +350,8 @@ def _stream(ctx: ServerContext, body: ResponsesBody, prepared: Any, deltas: Iter
         message_index, next_index = next_index, next_index + 1
         yield from _open_message(event, ids, message_index)
     if message_index is not None:
-        part = {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
-        yield event("response.output_text.done", item_id=ids.message, output_index=message_index,
-                    content_index=0, text=text, logprobs=[])
-        yield event("response.content_part.done", item_id=ids.message, output_index=message_index,
-                    content_index=0, part=part)
-        yield event("response.output_item.done", output_index=message_index,
-                    item=_message_item(ids, text, _message_status(final)))
-    for call in final.tool_calls:
-        index, next_index = next_index, next_index + 1
-        item = _call_item(call, "", "in_progress")
-        yield event("response.output_item.added", output_index=index, item=item)
-        yield event("response.function_call_arguments.delta", item_id=item["id"], output_index=index,
-                    delta=call.arguments)
-        yield event("response.function_call_arguments.done", item_id=item["id"], output_index=index,
-                    arguments=call.arguments)
-        yield event("response.output_item.done", output_index=index, item=_call_item(call, call.arguments,
-                                                                                   "completed"))
+        yield from _close_message(event, ids, message_index, text, final)
+    yield from _tool_call_events(event, final, next_index)
     done = _finished(ctx, ids, body, created, final, prepared.n_prompt)
     yield event(f"response.{done['status']}", response=done, timings=timings_body(final.completion.timings))
 

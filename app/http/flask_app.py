@@ -144,6 +144,33 @@ def endpoint(route: Route) -> str:
     return f"{route.method} {route.path}"
 
 
+def _http_error(exc: HTTPException) -> Response:
+    """werkzeug's routing and body errors in llama-server's error body."""
+    error: ApiError
+    if isinstance(exc, NotFound):
+        error = NotFoundError()
+    elif isinstance(exc, MethodNotAllowed):
+        allowed = ", ".join(sorted(exc.valid_methods or ()))
+        error = MethodNotAllowedError(f"Method {request.method} is not allowed for {request.path}; use {allowed}")
+    elif isinstance(exc, RequestEntityTooLarge):
+        error = PayloadTooLargeError("the request body is too large")
+    elif isinstance(exc, ClientDisconnected):  # the socket's --timeout ran out while reading the body
+        error = RequestTimeoutError("the request body ended before its Content-Length: the client went away or "
+                                    "sent nothing for --timeout seconds")
+    else:
+        error = InvalidRequestError(exc.description or exc.name)
+    response = to_response(ApiReply.error(error))
+    if isinstance(exc, MethodNotAllowed) and exc.valid_methods:
+        response.headers["Allow"] = ", ".join(sorted(exc.valid_methods))
+    if isinstance(exc, ClientDisconnected):
+        close_after_response()  # what is left of the body would be read as the next request
+    return response
+
+def _unexpected(exc: Exception) -> Response:
+    log.exception("unhandled error in %s %s", request.method, request.path)
+    return to_response(ApiReply.error(exc))
+
+
 def create_app(
     routes: Sequence[Route],
     is_ready: Callable[[], bool],
@@ -177,31 +204,6 @@ def create_app(
             app.add_url_rule(url, endpoint=f"static {path}", view_func=_static_view(site, path), methods=["GET"],
                              provide_automatic_options=False)
 
-    @app.errorhandler(HTTPException)
-    def http_error(exc: HTTPException) -> Response:
-        error: ApiError
-        if isinstance(exc, NotFound):
-            error = NotFoundError()
-        elif isinstance(exc, MethodNotAllowed):
-            allowed = ", ".join(sorted(exc.valid_methods or ()))
-            error = MethodNotAllowedError(f"Method {request.method} is not allowed for {request.path}; use {allowed}")
-        elif isinstance(exc, RequestEntityTooLarge):
-            error = PayloadTooLargeError("the request body is too large")
-        elif isinstance(exc, ClientDisconnected):  # the socket's --timeout ran out while reading the body
-            error = RequestTimeoutError("the request body ended before its Content-Length: the client went away or "
-                                        "sent nothing for --timeout seconds")
-        else:
-            error = InvalidRequestError(exc.description or exc.name)
-        response = to_response(ApiReply.error(error))
-        if isinstance(exc, MethodNotAllowed) and exc.valid_methods:
-            response.headers["Allow"] = ", ".join(sorted(exc.valid_methods))
-        if isinstance(exc, ClientDisconnected):
-            close_after_response()  # what is left of the body would be read as the next request
-        return response
-
-    @app.errorhandler(Exception)
-    def unexpected(exc: Exception) -> Response:
-        log.exception("unhandled error in %s %s", request.method, request.path)
-        return to_response(ApiReply.error(exc))
-
+    app.register_error_handler(HTTPException, _http_error)
+    app.register_error_handler(Exception, _unexpected)
     return app

@@ -62,64 +62,41 @@ def exit_on_load_failure(exc: BaseException) -> None:
     os._exit(4)
 
 
-def build_application(
-    settings: Settings,
-    model_path: str,
-    vertex: VertexEnvironment | None,
-    on_load_failure: Callable[[BaseException], None] = exit_on_load_failure,
-    make_backend: Callable[[LlamaConfig], Backend] = LlamaBackend,
-    on_ready: Callable[[], None] | None = None,
-) -> Application:
-    """``make_backend`` is the backend seam: tests wrap the real backend to inject faults.
-    ``on_ready`` runs on the engine thread once the model is loaded and the app can serve it."""
-    def load_backend() -> Backend:
-        """Runs on the engine thread while the server already answers 503: place its threads, fetch, load."""
-        place_compute_threads(settings.compute_cpus)
-        cache = Path(settings.model_cache_dir) if settings.model_cache_dir else None
-        projector = settings.mmproj
-        if is_hub_source(model_path):
-            fetched = fetch_hub_model(model_path.removeprefix(HUB_SCHEME), settings.hf_file, settings.hf_token,
-                                      cache or default_cache_dir(), projector is None and settings.mmproj_auto,
-                                      settings.offline)
-            local, projector = str(fetched.model), projector or (str(fetched.mmproj) if fetched.mmproj else None)
-        else:
-            local = str(fetch_model(model_path, cache)) if is_gcs_uri(model_path) else model_path
-        if projector is None and settings.mmproj_auto and is_gcs_uri(model_path):
-            projector = find_projector(model_path)
-        if projector is not None and is_gcs_uri(projector):
-            projector = str(fetch_model(projector, cache))
-        draft = settings.spec_draft_model
-        if draft is not None and is_gcs_uri(draft):
-            draft = str(fetch_model(draft, cache))
-        return make_backend(llama_config(settings, local, projector, prompt_cache, draft))
+@dataclass(frozen=True)
+class ModelFiles:
+    """The local files a start loads: the model, its projector and the draft model, where given."""
 
-    built: list[ServerContext] = []  # the context, once the HTTP side is built
-    http_built = threading.Event()
+    model: str
+    projector: str | None
+    draft: str | None
 
-    def ready() -> None:
-        http_built.wait()
-        built[0].publish_loaded_model()
-        if on_ready is not None:
-            on_ready()
-        # numpy, for the first request that asks for probabilities: imported once the server can answer,
-        # on a thread of its own, so that neither the load nor the HTTP side waits for its 60 ms
-        threading.Thread(target=importlib.import_module, args=(LOGITS_MODULE,), name="import-numpy",
-                         daemon=True).start()
 
-    prompt_cache = settings.prompt_cache_bytes(available_memory_bytes())
-    log.info("prompt cache: %s", "off" if prompt_cache == 0 else "no limit" if prompt_cache is None
-             else f"up to {prompt_cache >> 20} MiB of host RAM")
-    engine = Engine(
-        load_backend,
-        engine_options(settings, prompt_cache),
-        on_ready=ready,
-        on_load_failure=on_load_failure,
-    )
-    engine.start()  # the model loads while the rest is imported and built
-    switch = sys.getswitchinterval()
-    # The loading thread gives up the GIL at each llama.cpp call; with Python's 5 ms switch interval it
-    # would wait that long behind the imports to get it back after each one (measured: 0.1 s of start-up).
-    sys.setswitchinterval(STARTUP_SWITCH_SECONDS)
+def fetch_model_files(settings: Settings, model_path: str) -> ModelFiles:
+    """The model (a path, ``gs://`` or a Hugging Face repository), its projector (given, found beside a
+    ``gs://`` model, or in the repository) and the draft model, fetched into the cache where remote."""
+    cache = Path(settings.model_cache_dir) if settings.model_cache_dir else None
+    projector = settings.mmproj
+    if is_hub_source(model_path):
+        fetched = fetch_hub_model(model_path.removeprefix(HUB_SCHEME), settings.hf_file, settings.hf_token,
+                                  cache or default_cache_dir(), projector is None and settings.mmproj_auto,
+                                  settings.offline)
+        local, projector = str(fetched.model), projector or (str(fetched.mmproj) if fetched.mmproj else None)
+    else:
+        local = str(fetch_model(model_path, cache)) if is_gcs_uri(model_path) else model_path
+    if projector is None and settings.mmproj_auto and is_gcs_uri(model_path):
+        projector = find_projector(model_path)
+    if projector is not None and is_gcs_uri(projector):
+        projector = str(fetch_model(projector, cache))
+    draft = settings.spec_draft_model
+    if draft is not None and is_gcs_uri(draft):
+        draft = str(fetch_model(draft, cache))
+    return ModelFiles(local, projector, draft)
+
+
+def build_http_side(settings: Settings, engine: Engine, vertex: VertexEnvironment | None,
+                    on_load_failure: Callable[[BaseException], None]) -> Application:
+    """The handlers' context, the route table (with Vertex AI's routes on Vertex AI) and the Flask app;
+    imported here, while the model loads."""
     from app.handlers.context import ServerContext
     from app.handlers.routes import bind_routes
     from app.http import CorsPolicy, StaticSite, create_app
@@ -144,7 +121,50 @@ def build_application(
                        cors=CorsPolicy(settings.cors_origins, settings.cors_methods, settings.cors_headers,
                                        settings.cors_credentials),
                        site=site, sessions=context.stream_sessions)
-    sys.setswitchinterval(switch)
-    built.append(context)
-    http_built.set()
     return Application(flask, context, draining)
+
+
+def build_application(
+    settings: Settings,
+    model_path: str,
+    vertex: VertexEnvironment | None,
+    on_load_failure: Callable[[BaseException], None] = exit_on_load_failure,
+    make_backend: Callable[[LlamaConfig], Backend] = LlamaBackend,
+    on_ready: Callable[[], None] | None = None,
+) -> Application:
+    """``make_backend`` is the backend seam: tests wrap the real backend to inject faults.
+    ``on_ready`` runs on the engine thread once the model is loaded and the app can serve it."""
+    def load_backend() -> Backend:
+        """Runs on the engine thread while the server already answers 503: place its threads, fetch, load."""
+        place_compute_threads(settings.compute_cpus)
+        files = fetch_model_files(settings, model_path)
+        return make_backend(llama_config(settings, files.model, files.projector, prompt_cache, files.draft))
+
+    built: list[Application] = []  # once the HTTP side is built
+    http_built = threading.Event()
+
+    def ready() -> None:
+        http_built.wait()
+        built[0].context.publish_loaded_model()
+        if on_ready is not None:
+            on_ready()
+        # numpy, for the first request that asks for probabilities: imported once the server can answer,
+        # on a thread of its own, so that neither the load nor the HTTP side waits for its 60 ms
+        threading.Thread(target=importlib.import_module, args=(LOGITS_MODULE,), name="import-numpy",
+                         daemon=True).start()
+
+    prompt_cache = settings.prompt_cache_bytes(available_memory_bytes())
+    log.info("prompt cache: %s", "off" if prompt_cache == 0 else "no limit" if prompt_cache is None
+             else f"up to {prompt_cache >> 20} MiB of host RAM")
+    engine = Engine(load_backend, engine_options(settings, prompt_cache), on_ready=ready,
+                    on_load_failure=on_load_failure)
+    engine.start()  # the model loads while the rest is imported and built
+    switch = sys.getswitchinterval()
+    # The loading thread gives up the GIL at each llama.cpp call; with Python's 5 ms switch interval it
+    # would wait that long behind the imports to get it back after each one (measured: 0.1 s of start-up).
+    sys.setswitchinterval(STARTUP_SWITCH_SECONDS)
+    application = build_http_side(settings, engine, vertex, on_load_failure)
+    sys.setswitchinterval(switch)
+    built.append(application)
+    http_built.set()
+    return application

@@ -222,3 +222,23 @@ built.shutdown()
 """
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert result.stdout.split() == ["False", "True"], result.stdout + result.stderr
+
+
+MAX_MODULE_LINES = 400
+MAX_FUNCTION_LINES = 60
+
+
+def test_no_module_over_400_lines_and_no_function_over_60_in_the_shipped_code() -> None:
+    """app/ and gcp/: a module that outgrows its job is split along a real seam (docs/ARCHITECTURE.md)."""
+    too_long = []
+    for package in ("app", "gcp"):
+        for path in modules(package):
+            source = path.read_text()
+            if source.count("\n") > MAX_MODULE_LINES:
+                too_long.append((path.relative_to(ROOT).as_posix(), source.count("\n")))
+            for node in ast.walk(ast.parse(source)):
+                if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                    length = (node.end_lineno or node.lineno) - node.lineno + 1
+                    if length > MAX_FUNCTION_LINES:
+                        too_long.append((f"{path.relative_to(ROOT).as_posix()}:{node.name}", length))
+    assert not too_long

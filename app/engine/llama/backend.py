@@ -79,22 +79,8 @@ class LlamaBackend:
         self.media: LlamaMedia | None = None
         self._mixed: Any = None  # the llama_batch_ext for decodes that carry media rows
         self._adapters: list[Any] = []
-        for path in config.loras:
-            adapter = lc.llama_adapter_lora_init(self._model, path.encode())
-            if not adapter:
-                self.close()
-                raise ModelLoadError(f"llama.cpp could not load the LoRA adapter {path}")
-            self._adapters.append(adapter)
         self._lora: tuple[float, ...] = ()
-        if config.mmproj:
-            try:
-                self.media = LlamaMedia(self._model, config.mmproj, config.n_threads_batch,
-                                        config.mmproj_offload and config.n_gpu_layers != 0,
-                                        config.image_min_tokens, config.image_max_tokens, config.media_marker)
-            except ModelLoadError:
-                self.close()
-                raise
-            self._mixed = lc.llama_batch_ext_init(self._ctx)
+        self._attach(config)
         self.vocab = LlamaVocabulary(self._model, vocab)
         self.info = self._read_info(config.model_path, vocab)
         self.can_rewind = not (lc.llama_model_is_recurrent(self._model) or lc.llama_model_is_hybrid(self._model))
@@ -106,6 +92,24 @@ class LlamaBackend:
             except ModelLoadError:
                 self.close()
                 raise
+
+    def _attach(self, config: LlamaConfig) -> None:
+        """The LoRA adapters and the multimodal projector of ``config``; a failure frees what was loaded."""
+        for path in config.loras:
+            adapter = lc.llama_adapter_lora_init(self._model, path.encode())
+            if not adapter:
+                self.close()
+                raise ModelLoadError(f"llama.cpp could not load the LoRA adapter {path}")
+            self._adapters.append(adapter)
+        if config.mmproj:
+            try:
+                self.media = LlamaMedia(self._model, config.mmproj, config.n_threads_batch,
+                                        config.mmproj_offload and config.n_gpu_layers != 0,
+                                        config.image_min_tokens, config.image_max_tokens, config.media_marker)
+            except ModelLoadError:
+                self.close()
+                raise
+            self._mixed = lc.llama_batch_ext_init(self._ctx)
 
     def _load_draft(self, config: LlamaConfig, shares: int) -> LlamaBackend:
         """The draft model, with a sequence per slot and this context's length; refused when its
