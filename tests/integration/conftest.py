@@ -74,6 +74,14 @@ class Server:
             time.sleep(0.01)
         raise AssertionError(f"the server did not become healthy:\n{self.log()}")
 
+    def metric(self, name: str) -> float:
+        """One value of /metrics (the server runs with --metrics, or on Vertex AI)."""
+        text = requests.get(self.url("/metrics"), timeout=10).text
+        for line in text.splitlines():
+            if line.startswith(name + " "):
+                return float(line.split()[1])
+        raise AssertionError(f"{name} missing from /metrics")
+
     def wait_slots_idle(self, timeout: float = 15) -> list[dict[str, object]]:
         """Poll /slots until no slot is processing; the slots as last seen."""
         deadline = time.monotonic() + timeout

@@ -20,14 +20,6 @@ def batching_server(server_dir: Path) -> Iterator[Server]:
     assert server.stop() == 0, server.log()
 
 
-def metric(server: Server, name: str) -> float:
-    text = requests.get(server.url("/metrics"), timeout=10).text
-    for line in text.splitlines():
-        if line.startswith(name + " "):
-            return float(line.split()[1])
-    raise AssertionError(f"{name} missing from /metrics")
-
-
 def chat(server: Server, question: str) -> dict[str, object]:
     body = {"messages": [{"role": "user", "content": question}], "max_tokens": 48, "temperature": 0,
             "ignore_eos": True}
@@ -39,21 +31,21 @@ def chat(server: Server, question: str) -> dict[str, object]:
 def test_eight_concurrent_chats_share_decode_steps(batching_server: Server) -> None:
     questions = [f"Tell me a fact about the number {n}." for n in range(8)]
     solo = [chat(batching_server, q)["choices"][0]["message"]["content"] for q in questions]  # type: ignore[index]
-    assert metric(batching_server, "llamacpp:n_sequences_per_decode_max") == 1
-    decodes_before = metric(batching_server, "llamacpp:n_decode_total")
+    assert batching_server.metric("llamacpp:n_sequences_per_decode_max") == 1
+    decodes_before = batching_server.metric("llamacpp:n_decode_total")
     with ThreadPoolExecutor(8) as pool:
         answers = list(pool.map(lambda q: chat(batching_server, q), questions))
     together = [a["choices"][0]["message"]["content"] for a in answers]  # type: ignore[index]
     assert all(a["usage"]["completion_tokens"] == 48 for a in answers)  # type: ignore[index]
-    assert metric(batching_server, "llamacpp:n_sequences_per_decode_max") == 8
-    decodes = metric(batching_server, "llamacpp:n_decode_total") - decodes_before
+    assert batching_server.metric("llamacpp:n_sequences_per_decode_max") == 8
+    decodes = batching_server.metric("llamacpp:n_decode_total") - decodes_before
     assert decodes < 8 * 48  # serialised generation would need one decode per token per request
     assert together == solo
 
 
 def test_a_client_that_disconnects_mid_stream_frees_its_slot(batching_server: Server) -> None:
     body = {"prompt": "Write a very long story.", "n_predict": 2000, "ignore_eos": True, "stream": True}
-    decodes_before = metric(batching_server, "llamacpp:n_decode_total")
+    decodes_before = batching_server.metric("llamacpp:n_decode_total")
     response = requests.post(batching_server.url("/completion"), json=body, stream=True, timeout=60)
     lines = response.iter_lines()
     received = 0
@@ -66,7 +58,7 @@ def test_a_client_that_disconnects_mid_stream_frees_its_slot(batching_server: Se
     assert any(slot["is_processing"] for slot in busy)
     response.close()
     batching_server.wait_slots_idle()
-    decodes = metric(batching_server, "llamacpp:n_decode_total") - decodes_before
+    decodes = batching_server.metric("llamacpp:n_decode_total") - decodes_before
     assert 3 <= decodes < 2000  # the generation ended when its client went, long before its budget
 
 

@@ -417,7 +417,7 @@ def test_the_startup_probe_waits_as_long_as_the_deployment_timeout(
 
 
 def test_every_subcommand_lists_its_flags_with_their_defaults(capsys: pytest.CaptureFixture[str]) -> None:
-    from gcp.cli import build_parser
+    from gcp.parser import build_parser
 
     subparsers = build_parser()._subparsers
     assert subparsers is not None

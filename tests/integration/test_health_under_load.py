@@ -1,12 +1,12 @@
-"""Health under load, on a real server with the default request threads: 32 long streams on 4
-slots, one of them read slowly, while Vertex AI's health check polls. Every health check is
-answered, fast (bounded loosely here; bench/report.py measures it)."""
+"""Health under load, on a real server with the default request threads: 32 long streams on 4 slots,
+so that every request thread is held (4 generating, the others waiting for a slot) and more
+connections wait for a thread, while Vertex AI's health check polls. Every check is answered before
+any stream has ended: a check that waited for a request thread would be answered only once a stream
+ended, the first after thousands of tokens. The latency itself is measured by bench/report.py, not here."""
 
 from __future__ import annotations
 
-import statistics
 import threading
-import time
 from pathlib import Path
 
 import requests
@@ -14,45 +14,41 @@ import requests
 from tests.integration.conftest import start
 
 STREAMS = 32
-HEALTH_BOUND_SECONDS = 1.0  # Vertex AI's deadline is 10 s; unloaded, an answer takes milliseconds
+SLOTS = 4
+HEALTH_CHECKS = 20
+BODY = {"n_predict": 2000, "ignore_eos": True, "stream": True}  # each slot holds 2048 tokens (-c 8192)
 
 
 def test_health_never_waits_behind_generations(tmp_path: Path) -> None:
-    server = start(tmp_path, ["-np", "4", "-c", "4096"])
+    server = start(tmp_path, ["-np", str(SLOTS), "-c", str(SLOTS * 2048)])
+    stop = threading.Event()
+    generating = threading.Semaphore(0)
     statuses: list[int] = []
-    done = threading.Event()
+    ended_on_their_own: list[int] = []
 
     def stream(number: int) -> None:
-        body = {"prompt": f"Story number {number}:", "n_predict": 64, "ignore_eos": True, "stream": True}
-        with requests.post(server.url("/completion"), json=body, stream=True, timeout=300) as response:
+        body = {**BODY, "prompt": f"Story number {number}:"}
+        with requests.post(server.url("/completion"), json=body, stream=True, timeout=600) as response:
+            statuses.append(response.status_code)  # the headers come with the first event
+            generating.release()
             for _ in response.iter_lines():
-                if number == 0:
-                    time.sleep(0.2)  # a slow reader
-            statuses.append(response.status_code)
+                if stop.is_set():
+                    return  # closing the response cancels the generation
+        ended_on_their_own.append(number)
 
-    def until_done() -> None:
-        for thread in streams:
-            thread.join(300)
-        done.set()
-
+    streams = [threading.Thread(target=stream, args=(n,), daemon=True) for n in range(STREAMS)]
     try:
-        streams = [threading.Thread(target=stream, args=(n,)) for n in range(STREAMS)]
         for thread in streams:
             thread.start()
-        threading.Thread(target=until_done, daemon=True).start()
-        time.sleep(1.0)  # every request thread is taken by now
-        latencies: list[float] = []
-        while not done.is_set():
-            started = time.perf_counter()
-            health = requests.get(server.url("/health"), timeout=30)
-            latencies.append(time.perf_counter() - started)
+        for _ in range(SLOTS):  # every slot is generating
+            assert generating.acquire(timeout=300), server.log()
+        for _ in range(HEALTH_CHECKS):
+            health = requests.get(server.url("/health"), timeout=60)
             assert health.status_code == 200 and health.json() == {"status": "ok"}
-            time.sleep(0.1)
-        assert len(latencies) >= 10, latencies
-        quantiles = statistics.quantiles(latencies, n=100)
-        print(f"health under load: {len(latencies)} checks, median {statistics.median(latencies) * 1000:.1f} ms, "
-              f"p99 {quantiles[98] * 1000:.1f} ms, max {max(latencies) * 1000:.1f} ms")
-        assert max(latencies) < HEALTH_BOUND_SECONDS, sorted(latencies)[-5:]
-        assert statuses == [200] * STREAMS
+        assert ended_on_their_own == []  # every check was answered while every stream was still running
     finally:
+        stop.set()
+        for thread in streams:
+            thread.join(300)
         server.stop()
+    assert statuses == [200] * STREAMS

@@ -161,11 +161,11 @@ def test_keep_alive_connections_that_never_pause_do_not_starve_a_newcomer(server
         wait_for(lambda: requests.get(server.url("/health"), timeout=5).status_code == 200, server)
         for hammer in hammers:
             hammer.start()
-        time.sleep(2)
+        wait_for(lambda: all(count[0] > 0 for count in counts), server)  # every connection is being served
         assert requests.get(server.url("/v1/models"), timeout=10).status_code == 200  # the newcomer
         before = [count[0] for count in counts]
-        time.sleep(2)
-        assert all(count[0] > then for count, then in zip(counts, before, strict=True)), (before, counts)
+        # and each connection is served again afterwards: none was starved
+        wait_for(lambda: all(count[0] > then for count, then in zip(counts, before, strict=True)), server)
     finally:
         stop.set()
         for hammer in hammers:

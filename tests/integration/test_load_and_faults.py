@@ -172,21 +172,29 @@ def test_a_slow_stream_reader_does_not_stall_the_engine(load_server: Server) -> 
 
 
 def test_requests_beyond_the_queue_limit_get_503(server_dir: Path) -> None:
-    server = start(server_dir, ["-np", "1", "-c", "1024", "--max-queue", "1"])
+    server = start(server_dir, ["-np", "1", "-c", "1024", "--max-queue", "1", "--metrics"])
     try:
-        body = {"prompt": "Tell me a story", "n_predict": 150, "ignore_eos": True}
-        results: list[requests.Response] = []
-        threads = [threading.Thread(target=lambda: results.append(
-            requests.post(server.url("/completion"), json=body, timeout=120))) for _ in range(4)]
-        for thread in threads:
-            thread.start()
-            time.sleep(0.1)
-        for thread in threads:
-            thread.join(120)
-        statuses = sorted(r.status_code for r in results)
-        assert statuses.count(200) >= 2 and 503 in statuses, statuses
-        refused = next(r for r in results if r.status_code == 503).json()["error"]
-        assert refused["type"] == "unavailable_error" and "--max-queue" in refused["message"]
+        long = {"prompt": "Tell me a story", "n_predict": 900, "ignore_eos": True, "stream": True}
+        generating = requests.post(server.url("/completion"), json=long, stream=True, timeout=300)
+        lines = generating.iter_lines()  # held open: a dropped iterator closes the connection, and so the job
+        next(line for line in lines if line.startswith(b"data: "))  # it holds the one slot
+        queued: list[requests.Response] = []
+        waiter = threading.Thread(target=lambda: queued.append(
+            requests.post(server.url("/completion"), json={**long, "stream": False, "n_predict": 2}, timeout=300)))
+        waiter.start()
+        deadline = time.monotonic() + 120
+        while server.metric("llamacpp:requests_deferred") < 1:  # the second request waits in the queue
+            assert time.monotonic() < deadline and waiter.is_alive(), server.log()
+            time.sleep(0.05)
+        refused = [requests.post(server.url("/completion"), json={"prompt": "x", "n_predict": 2}, timeout=60)
+                   for _ in range(2)]
+        assert [r.status_code for r in refused] == [503, 503]
+        error = refused[0].json()["error"]
+        assert error["type"] == "unavailable_error" and "--max-queue" in error["message"]
+        generating.close()  # the job is cancelled, the slot frees; the queued request is served
+        del lines
+        waiter.join(300)
+        assert [r.status_code for r in queued] == [200]
         assert requests.post(server.url("/completion"), json={"prompt": "again", "n_predict": 2},
                              timeout=60).status_code == 200
     finally:
@@ -279,7 +287,10 @@ def test_logs_are_json_lines_with_access_lines_on_vertex(server_dir: Path) -> No
         assert reply.headers["X-Request-Id"] == "trace-me-42"
         generated = requests.get(server.url("/health"), timeout=10).headers["X-Request-Id"]
         assert len(generated) == 32
-        time.sleep(0.5)
+        deadline = time.monotonic() + 60
+        while "trace-me-42" not in server.log():  # the access line is written after the response
+            assert time.monotonic() < deadline, server.log()
+            time.sleep(0.05)
     finally:
         server.stop()
     entries = [json.loads(line) for line in server.log().splitlines() if line.strip()]

@@ -26,11 +26,6 @@ def ask(server: Server, system: str, question: str) -> dict[str, Any]:
     return body
 
 
-def metric(server: Server, name: str) -> float:
-    text = requests.get(server.url("/metrics"), timeout=10).text
-    return float(next(line.split()[1] for line in text.splitlines() if line.startswith(name + " ")))
-
-
 @pytest.fixture(scope="module")
 def cached(server_dir: Path) -> Iterator[Server]:
     running = start(server_dir, ["-np", "1", "-c", "2048", "--cache-ram", "64", "--metrics"])
@@ -45,9 +40,9 @@ def test_a_prompt_pushed_out_of_its_slot_comes_back_from_ram(cached: Server) -> 
     assert warm["choices"][0]["message"]["content"] == cold["choices"][0]["message"]["content"]
     assert cold["timings"]["cache_n"] == 0
     assert warm["timings"]["cache_n"] == warm["usage"]["prompt_tokens"] - 1 > 150
-    assert metric(cached, "llamacpp:prompt_cache_restores_total") >= 1
-    assert metric(cached, "llamacpp:prompt_tokens_cached_total") >= warm["timings"]["cache_n"]
-    assert metric(cached, "llamacpp:prompt_cache_bytes") > 0
+    assert cached.metric("llamacpp:prompt_cache_restores_total") >= 1
+    assert cached.metric("llamacpp:prompt_tokens_cached_total") >= warm["timings"]["cache_n"]
+    assert cached.metric("llamacpp:prompt_cache_bytes") > 0
 
 
 def test_another_question_on_the_same_system_prompt_restores_the_prefix(cached: Server) -> None:
@@ -64,6 +59,6 @@ def test_with_the_cache_off_the_prompt_is_decoded_again(server_dir: Path) -> Non
         ask(server, "Translate everything into French.", "Bonjour")
         again = ask(server, SYSTEM, "Where is my parcel?")
         assert again["timings"]["cache_n"] < 10  # only the template's first tokens, shared by chance
-        assert metric(server, "llamacpp:prompt_cache_restores_total") == 0
+        assert server.metric("llamacpp:prompt_cache_restores_total") == 0
     finally:
         assert server.stop() == 0

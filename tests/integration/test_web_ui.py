@@ -105,11 +105,6 @@ def send_chat(page: Page, text: str) -> None:
     page.locator("#prompt").press("Enter")
 
 
-def metric(server: Server, name: str) -> float:
-    text = requests.get(server.url("/metrics"), timeout=10).text
-    return float(next(line.split()[1] for line in text.splitlines() if line.startswith(name + " ")))
-
-
 def test_the_page_is_served_gzip_and_loads_without_console_errors(vertex_server: Server, page: Page,
                                                                  console: Console) -> None:
     raw = requests.get(vertex_server.url("/"), headers={"Accept-Encoding": "gzip"}, timeout=10, stream=True)
@@ -166,7 +161,7 @@ def test_stop_cancels_a_long_answer_and_the_slot_goes_idle(vertex_server: Server
         body = json.loads(request.post_data or "{}")
         route.continue_(post_data=json.dumps({**body, "ignore_eos": True, "max_tokens": max_tokens}))
 
-    before = metric(vertex_server, "llamacpp:n_decode_total")
+    before = vertex_server.metric("llamacpp:n_decode_total")
     open_ui(page, vertex_server)
     page.route("**/v1/chat/completions", never_ending)
     send_chat(page, "Count from one to one thousand in words.")
@@ -184,7 +179,7 @@ def test_stop_cancels_a_long_answer_and_the_slot_goes_idle(vertex_server: Server
     assert len(slots) == 8
     # cancelled: the job ended before the token limit it could not otherwise stop short of (alone on
     # the server, it takes one decode a token)
-    decodes = metric(vertex_server, "llamacpp:n_decode_total") - before
+    decodes = vertex_server.metric("llamacpp:n_decode_total") - before
     assert 0 < decodes < max_tokens
     assert console.errors == []
 

@@ -7,7 +7,7 @@ import re
 import shlex
 from pathlib import Path
 
-from gcp.cli import build_parser
+from gcp.parser import build_parser
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
