@@ -61,6 +61,8 @@ def gunicorn_options(settings: Settings, port: int, json_lines: bool = False) ->
         "errorlog": "-",
         "loglevel": "critical" if settings.log_disable else "debug" if settings.debug_logs else "info",
         "proc_name": "vertex-llama",
+        "control_socket_disable": True,  # gunicorn's control socket (gunicornc): a file in $HOME that
+        # servers started side by side would share; nothing here drives the server through it
     }
 
 

@@ -6,13 +6,16 @@ from __future__ import annotations
 import faulthandler
 import logging
 import select
+import selectors
 import shutil
 import signal
 import socket
 import ssl
 import tempfile
 import threading
+import time
 from concurrent import futures
+from functools import partial
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
@@ -109,6 +112,28 @@ def readable_within(sock: Any, seconds: float) -> bool:
         return False
 
 
+class TimedSocket(socket.socket):
+    """A client connection whose blocking mode keeps llama-server's read/write timeout (``--timeout``).
+    gthread puts each connection in blocking mode before it reads a request (``setblocking(True)``, which
+    clears a timeout); here blocking mode is that timeout, so a client that sends or takes nothing for
+    that long loses its connection, and its thread is free again."""
+
+    io_timeout: float | None = None
+
+    @classmethod
+    def adopt(cls, sock: socket.socket, timeout: float) -> TimedSocket:
+        timed = cls(sock.family, sock.type, sock.proto, fileno=sock.detach())
+        timed.io_timeout = timeout
+        timed.setblocking(False)  # as gthread hands a new connection over
+        return timed
+
+    def setblocking(self, flag: bool) -> None:
+        if flag and self.io_timeout:
+            self.settimeout(self.io_timeout)
+        else:
+            super().setblocking(flag)
+
+
 class WholeResponseWorker(ThreadWorker):  # type: ignore[misc]
     """gunicorn's gthread worker, writing each response through a ``HeldHeaderSocket``. The request
     is still read from the real socket (the parser holds it), and only a request that completed
@@ -117,44 +142,69 @@ class WholeResponseWorker(ThreadWorker):  # type: ignore[misc]
     Health checks have threads of their own: a connection whose request is a GET of one of
     ``fast_paths`` goes to a reserved pool, so that generations, long streams and slow readers
     holding every request thread cannot make Vertex AI's health check wait (its deadline is 10 s,
-    and a replica that misses it loses its traffic)."""
+    and a replica that misses it loses its traffic).
+
+    What it relies on of gthread beyond its documented hooks (``enqueue_req``, ``handle``,
+    ``handle_request``, ``init_process``): the main loop's ``method_queue``, ``finish_request``,
+    ``poller``, ``pending_conns`` and ``on_pending_socket_readable``, and ``TConn``'s ``sock``,
+    ``initialized``, ``data_ready`` and ``timeout``; tests/unit/test_worker_crashes.py checks that the
+    installed gunicorn has each of them."""
 
     fast_paths: frozenset[bytes] = frozenset()  # set in the worker once the app is built
     FAST_THREADS = 2
-
-    def handle(self, conn: Any) -> Any:
-        """llama-server's read/write timeout (``--timeout``): a client that sends or takes nothing
-        for that long loses its connection, and its thread is free again.
-
-        A keep-alive connection whose next request comes within ``LINGER_SECONDS`` is served again
-        by the same thread, up to ``LINGER_REQUESTS`` in a row and only while other request threads
-        are free (so no connection waits for one). gthread would hand the connection to its poller
-        thread and back to a request thread for each request: those two hand-offs were most of a
-        light request's time (/health, /tokenize: 1.1-1.6x the requests/s with this)."""
-        for _ in range(LINGER_REQUESTS):
-            conn.sock.settimeout(self.cfg.timeout)
-            keep_alive, conn = super().handle(conn)
-            if not (keep_alive and self.alive and len(self.futures) < self.cfg.threads
-                    and readable_within(conn.sock, LINGER_SECONDS)):
-                break
-        return keep_alive, conn
+    FAST_THREAD_NAME = "health"
 
     def init_process(self) -> None:
-        self._fast_pool = futures.ThreadPoolExecutor(self.FAST_THREADS, thread_name_prefix="health")
+        self._fast_pool = futures.ThreadPoolExecutor(self.FAST_THREADS, thread_name_prefix=self.FAST_THREAD_NAME)
+        self._busy = 0  # request threads serving a connection now (the health threads aside)
+        self._busy_lock = threading.Lock()
         try:
             super().init_process()
         finally:
             self._fast_pool.shutdown(wait=False)
 
     def enqueue_req(self, conn: Any) -> None:
-        if self.fast_paths and request_target(conn.sock) in self.fast_paths:
-            conn.init()
-            self._wrap_future(self._fast_pool.submit(self.handle, conn), conn)
+        """On the main loop: a new connection gets the read timeout; one whose request has not arrived
+        waits in the poller (not in a request thread: it may be a health check); a health check goes to
+        the reserved threads, everything else to gthread's."""
+        if not conn.initialized and not isinstance(conn.sock, TimedSocket | ssl.SSLSocket) and self.cfg.timeout:
+            conn.sock = TimedSocket.adopt(conn.sock, self.cfg.timeout)
+        if self.fast_paths and not conn.initialized and not conn.data_ready and not readable_within(conn.sock, 0):
+            conn.timeout = time.monotonic() + self.cfg.keepalive
+            self.pending_conns.append(conn)
+            self.poller.register(conn.sock, selectors.EVENT_READ, partial(self.on_pending_socket_readable, conn))
+        elif self.fast_paths and request_target(conn.sock) in self.fast_paths:
+            future = self._fast_pool.submit(self.handle, conn)
+            future.add_done_callback(lambda done: self.method_queue.defer(self.finish_request, conn, done))
         else:
             super().enqueue_req(conn)
 
+    def handle(self, conn: Any) -> Any:
+        """A keep-alive connection whose next request comes within ``LINGER_SECONDS`` is served again
+        by the same thread, up to ``LINGER_REQUESTS`` in a row and only while other request threads
+        are free (so no connection waits for one). gthread would hand the connection to its poller
+        and back to a request thread for each request: those two hand-offs were most of a light
+        request's time (/health, /tokenize: 1.1-1.6x the requests/s with this)."""
+        if threading.current_thread().name.startswith(self.FAST_THREAD_NAME):
+            return super().handle(conn)
+        with self._busy_lock:
+            self._busy += 1
+        try:
+            keep_alive = super().handle(conn)
+            for _ in range(LINGER_REQUESTS - 1):
+                if not (keep_alive is True and self.alive and self._busy < self.cfg.threads
+                        and readable_within(conn.sock, LINGER_SECONDS)):
+                    break
+                keep_alive = super().handle(conn)
+            return keep_alive
+        finally:
+            with self._busy_lock:
+                self._busy -= 1
+
     def handle_request(self, req: Any, conn: Any) -> Any:
         raw = conn.sock
+        if self.cfg.timeout:
+            raw.settimeout(self.cfg.timeout)  # a TLS connection too, for its body and its response
         held = HeldHeaderSocket(raw)
         conn.sock = held
         try:

@@ -4,6 +4,7 @@ that sends nothing. One server at a time."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import subprocess
@@ -126,6 +127,11 @@ def test_a_connection_that_sends_nothing_is_closed_after_the_timeout(server_dir:
             answer = client.recv(4096)  # after 2 s, not when the client gives up (60 s)
             assert answer.startswith(b"HTTP/1.1 408") and b"--timeout" in answer
             assert client.recv(1024) == b""  # and the connection is closed
+        for half in (b"GET /health HTTP/1.1\r\nHost:", b"GET /props HTTP/1.1\r\nHost:"):  # headers never end
+            with socket.create_connection(("127.0.0.1", server.port), timeout=60) as client:
+                client.sendall(half)
+                with contextlib.suppress(ConnectionResetError):  # a reset is a close too
+                    assert client.recv(4096) == b""  # closed after 2 s, by a health thread or a request thread
         assert requests.get(server.url("/health"), timeout=10).status_code == 200  # and it still serves
     finally:
         assert server.stop() == 0, server.log()
