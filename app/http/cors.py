@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+from app.config.http import HttpSettings
+
 LOCALHOST = "localhost"  # --cors-origins' shorthand: any origin whose host is this machine
 _LOCAL_HOSTS = frozenset({"localhost", "127.0.0.1", "::1"})
 
@@ -18,12 +20,20 @@ def is_local_origin(origin: str) -> bool:
         return False
 
 
+_OPTIONS = HttpSettings()  # the declared defaults
+
+
 @dataclass(frozen=True)
 class CorsPolicy:
-    origins: str = "*"  # "*", "localhost", or comma-separated origins (which may include "localhost")
-    methods: str = "GET, POST, DELETE, OPTIONS"
-    headers: str = "*"
-    credentials: bool = True
+    # the defaults are the options' (--cors-origins, --cors-methods, --cors-headers, --cors-credentials)
+    origins: str = _OPTIONS.cors_origins  # "*", "localhost", or comma-separated origins (may include "localhost")
+    methods: str = _OPTIONS.cors_methods
+    headers: str = _OPTIONS.cors_headers
+    credentials: bool = _OPTIONS.cors_credentials
+
+    @classmethod
+    def from_settings(cls, settings: HttpSettings) -> CorsPolicy:
+        return cls(settings.cors_origins, settings.cors_methods, settings.cors_headers, settings.cors_credentials)
 
     def allowed_origin(self, origin: str | None) -> str | None:
         """The ``Access-Control-Allow-Origin`` for a request from ``origin``; None: no header.

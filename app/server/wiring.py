@@ -118,8 +118,7 @@ def build_http_side(settings: Settings, engine: Engine, vertex: VertexEnvironmen
     site = StaticSite.from_directory(Path(settings.ui_directory)) if settings.ui_directory else None
     flask = create_app(routes, lambda: engine.is_ready, context.api_keys, settings.route_prefix,
                        max_body_bytes=settings.max_body_bytes, is_draining=draining.is_set,
-                       cors=CorsPolicy(settings.cors_origins, settings.cors_methods, settings.cors_headers,
-                                       settings.cors_credentials),
+                       cors=CorsPolicy.from_settings(settings),
                        site=site, sessions=context.stream_sessions)
     return Application(flask, context, draining)
 
