@@ -185,21 +185,20 @@ class WholeResponseWorker(ThreadWorker):  # type: ignore[misc]
         are free (so no connection waits for one). gthread would hand the connection to its poller
         and back to a request thread for each request: those two hand-offs were most of a light
         request's time (/health, /tokenize: 1.1-1.6x the requests/s with this)."""
-        if threading.current_thread().name.startswith(self.FAST_THREAD_NAME):
-            return super().handle(conn)
+        health = threading.current_thread().name.startswith(self.FAST_THREAD_NAME)  # not a request thread
         with self._busy_lock:
-            self._busy += 1
+            self._busy += not health
         try:
             keep_alive = super().handle(conn)
             for _ in range(LINGER_REQUESTS - 1):
-                if not (keep_alive is True and self.alive and self._busy < self.cfg.threads
+                if not (keep_alive is True and self.alive and (health or self._busy < self.cfg.threads)
                         and readable_within(conn.sock, LINGER_SECONDS)):
                     break
                 keep_alive = super().handle(conn)
             return keep_alive
         finally:
             with self._busy_lock:
-                self._busy -= 1
+                self._busy -= not health
 
     def handle_request(self, req: Any, conn: Any) -> Any:
         raw = conn.sock
