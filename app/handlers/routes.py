@@ -84,6 +84,7 @@ class RouteSpec:
     requires: Switch | None = None
     polled: bool = False  # what llama-server leaves out of its request log: health, models, props, metrics
     form: bool = False  # a form upload (multipart, or URL-encoded fields); other routes read JSON whatever the type
+    replays: bool = False  # streams a resumable session back; its X-Conversation-Id names that session
 
 
 ROUTES: tuple[RouteSpec, ...] = (
@@ -106,7 +107,7 @@ ROUTES: tuple[RouteSpec, ...] = (
               requires=GENERATION, form=True),
     RouteSpec("POST", "/audio/transcriptions", post_transcriptions, body=TranscriptionBody, streams=True,
               requires=GENERATION, form=True),
-    RouteSpec("GET", "/v1/stream", get_stream, streams=True),
+    RouteSpec("GET", "/v1/stream", get_stream, streams=True, replays=True),
     RouteSpec("POST", "/v1/streams/lookup", post_streams_lookup, body=LookupBody),
     RouteSpec("DELETE", "/v1/stream", delete_stream),
     RouteSpec("POST", "/v1/chat/completions/control", post_chat_control, body=ControlBody, requires=GENERATION),
@@ -150,6 +151,6 @@ def bind_routes(ctx: ServerContext, specs: Iterable[RouteSpec] = ROUTES) -> tupl
     return tuple(
         Route(spec.method, spec.path, spec.handler.__name__, bound(spec), spec.public, spec.body, spec.streams,
               (spec.handler.__doc__ or "").strip().splitlines()[0] if spec.handler.__doc__ else "", spec.polled,
-              spec.form)
+              spec.form, spec.replays)
         for spec in specs
     )

@@ -26,11 +26,12 @@ from app.protocol.errors import (
     MethodNotAllowedError,
     NotFoundError,
     PayloadTooLargeError,
+    PermissionDeniedError,
     RequestTimeoutError,
     UnavailableError,
 )
 from app.protocol.stream_sessions import HEADER as SESSION_HEADER
-from app.protocol.stream_sessions import StreamSession, StreamSessions, TooManySessions
+from app.protocol.stream_sessions import TOKEN_HEADER, NotTheOwner, StreamSession, StreamSessions, TooManySessions
 
 log = logging.getLogger(__name__)
 
@@ -53,14 +54,19 @@ def tokens_of(body: Any) -> int | None:
     return None
 
 
-def _view(route: Route, sessions: StreamSessions | None) -> Callable[..., Response]:
+def _view(route: Route, sessions: StreamSessions | None, keyed: bool) -> Callable[..., Response]:
+    """``keyed``: the server checks API keys, so every request that reaches a view carries one."""
     def view(**path_params: Any) -> Response:
         client_gone = disconnect_probe(request.environ)
-        conversation = request.headers.get(SESSION_HEADER, "") if route.streams and sessions is not None else ""
+        starts_session = route.streams and not route.replays and sessions is not None
+        conversation = request.headers.get(SESSION_HEADER, "") if starts_session else ""
         try:
-            session = sessions.create(conversation) if sessions is not None and conversation else None
+            session = sessions.create(conversation, request.headers.get(TOKEN_HEADER), trusted=keyed) if (
+                sessions is not None and conversation) else None
         except TooManySessions as exc:
             return to_response(ApiReply.error(UnavailableError(str(exc))))
+        except NotTheOwner as exc:
+            return to_response(ApiReply.error(PermissionDeniedError(str(exc))))
         body, files = _body_and_files(route.form)
         api_request = ApiRequest(
             method=request.method,
@@ -79,7 +85,9 @@ def _view(route: Route, sessions: StreamSessions | None) -> Callable[..., Respon
             if reply.stream is None:  # nothing streamed: nothing to resume
                 sessions.evict(conversation)
                 return to_response(reply)
-            return to_response(replace(reply, stream=None, raw_stream=_teed(reply, session, client_gone)))
+            response = to_response(replace(reply, stream=None, raw_stream=_teed(reply, session, client_gone)))
+            response.headers[TOKEN_HEADER] = session.token  # the starter's, to read, cancel or replace it
+            return response
         return to_response(reply)
 
     return view
@@ -195,7 +203,7 @@ def create_app(
         app.add_url_rule(
             prefix + flask_rule(route.path),
             endpoint=endpoint(route),
-            view_func=_view(route, sessions),
+            view_func=_view(route, sessions, bool(api_keys)),
             methods=[route.method],
             provide_automatic_options=False,
         )

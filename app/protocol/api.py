@@ -156,3 +156,4 @@ class Route:
     summary: str = ""
     polled: bool = False  # asked for over and over (health checks, model lists): a success is logged at debug
     form: bool = False  # takes a form (multipart or URL-encoded); every other route reads its body as JSON
+    replays: bool = False  # streams a session back (GET /v1/stream): never starts one of its own

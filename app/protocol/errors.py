@@ -3,6 +3,7 @@
     ApiError                    raised by handlers for a problem with the request or the server
     ├── InvalidRequestError     400 invalid_request_error: the message names the field
     ├── AuthenticationError     401 authentication_error
+    ├── PermissionDeniedError   403 permission_error: the request may not touch that resource
     ├── NotFoundError           404 not_found_error
     ├── MethodNotAllowedError   405 invalid_request_error: a known path with the wrong method
     ├── PayloadTooLargeError    413 invalid_request_error
@@ -36,6 +37,10 @@ class AuthenticationError(ApiError):
         super().__init__(message)
 
 
+class PermissionDeniedError(ApiError):
+    pass
+
+
 class NotFoundError(ApiError):
     def __init__(self, message: str = "File Not Found") -> None:
         super().__init__(message)
@@ -64,6 +69,7 @@ class UnavailableError(ApiError):
 ERROR_TABLE: dict[type[BaseException], tuple[int, str]] = {
     InvalidRequestError: (400, "invalid_request_error"),
     AuthenticationError: (401, "authentication_error"),
+    PermissionDeniedError: (403, "permission_error"),
     NotFoundError: (404, "not_found_error"),
     MethodNotAllowedError: (405, "invalid_request_error"),
     RequestTimeoutError: (408, "invalid_request_error"),

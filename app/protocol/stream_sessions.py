@@ -5,11 +5,18 @@ from a byte offset and follows it live, ``POST /v1/streams/lookup`` lists sessio
 ``DELETE /v1/stream`` cancels one. One live session per conversation id; a session keeps its last
 4 MiB, and is dropped 300 s after it completed.
 
+Beyond llama-server: a session belongs to the client that started it. Its answer carries the
+session's token (``X-Stream-Token``); reading the session, cancelling it or starting another stream
+under its id while it is live needs that token, unless the server has API keys (then the key that
+every request carries is enough).
+
 The bytes are the SSE text the client got, so a replay is the same stream. No web framework here:
 the HTTP layer tees a stream into a session (app/http/flask_app.py), the handlers read them."""
 
 from __future__ import annotations
 
+import hmac
+import secrets
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -20,6 +27,7 @@ TTL_SECONDS = 300
 MAX_SESSIONS = 64  # held at once (each keeps up to MAX_BYTES): 256 MiB at most
 WAKE_SECONDS = 0.2  # a waiting reader checks its client this often
 HEADER = "X-Conversation-Id"
+TOKEN_HEADER = "X-Stream-Token"
 
 
 class OffsetLost(Exception):
@@ -28,6 +36,10 @@ class OffsetLost(Exception):
 
 class TooManySessions(Exception):
     """Every place for a session holds a live stream."""
+
+
+class NotTheOwner(Exception):
+    """A live session's id was given without its token."""
 
 
 @dataclass(frozen=True)
@@ -42,6 +54,7 @@ class SessionInfo:
 class StreamSession:
     def __init__(self, conversation_id: str, max_bytes: int = MAX_BYTES) -> None:
         self.conversation_id = conversation_id
+        self.token = secrets.token_urlsafe(18)  # the starter's: read, cancel or replace it while live
         self.started_at = int(time.time())
         self._max = max_bytes
         self._buffer = bytearray()
@@ -88,6 +101,9 @@ class StreamSession:
             return SessionInfo(self.conversation_id, self.done, self._dropped + len(self._buffer), self.started_at,
                                self._completed_at)
 
+    def owned_by(self, token: str | None) -> bool:
+        return token is not None and hmac.compare_digest(token.encode(), self.token.encode())
+
     def check_offset(self, offset: int) -> None:
         with self._changed:
             if offset < self._dropped:
@@ -132,13 +148,17 @@ class StreamSessions:
             if session.done and session.info().completed_at <= cutoff:
                 del self._sessions[key]
 
-    def create(self, conversation_id: str) -> StreamSession:
-        """A new session for the id; a previous one is cancelled (its stream stops). With every
-        place taken, the oldest completed session makes room; TooManySessions if all are live."""
+    def create(self, conversation_id: str, token: str | None = None, trusted: bool = False) -> StreamSession:
+        """A new session for the id; a previous one is cancelled (its stream stops): while it is live,
+        only with its ``token`` or when ``trusted`` (NotTheOwner otherwise). With every place taken,
+        the oldest completed session makes room; TooManySessions if all are live."""
         fresh = StreamSession(conversation_id, self._max)
         with self._lock:
             self._expire()
             previous = self._sessions.get(conversation_id)
+            if previous is not None and not previous.done and not trusted and not previous.owned_by(token):
+                raise NotTheOwner(f"a live stream has the {HEADER} {conversation_id!r}; give its {TOKEN_HEADER} "
+                                  "to replace it, or use another id")
             if previous is None and len(self._sessions) >= self._max_sessions:
                 completed = [key for key, session in self._sessions.items() if session.done]
                 if not completed:

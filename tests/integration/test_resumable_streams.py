@@ -42,14 +42,17 @@ def test_a_stream_goes_on_without_its_client_and_replays_whole(server: Server) -
     with requests.post(server.url("/v1/chat/completions"), json=BODY, stream=True, timeout=120,
                        headers={"X-Conversation-Id": "walked-away"}) as first:
         head = next(first.iter_content(chunk_size=None))  # the first events, then the client leaves
+        mine = {"X-Stream-Token": first.headers["X-Stream-Token"]}  # the starter's, to come back with
     info = wait_done(server, "walked-away")
-    replay = requests.get(server.url("/v1/stream"), params={"conv_id": "walked-away"}, timeout=60).content
+    stranger = requests.get(server.url("/v1/stream"), params={"conv_id": "walked-away"}, timeout=60)
+    assert stranger.status_code == 403 and stranger.json()["error"]["type"] == "permission_error"
+    replay = requests.get(server.url("/v1/stream"), params={"conv_id": "walked-away"}, headers=mine, timeout=60).content
     assert replay.startswith(head) and len(replay) == info["total_bytes"]
     assert replay.rstrip().endswith(b"data: [DONE]")
     usage_chunks = [line for line in replay.split(b"\n") if b'"finish_reason":"length"' in line]
     assert usage_chunks  # it generated all of its tokens, with nobody reading
     tail = requests.get(server.url("/v1/stream"), params={"conv_id": "walked-away", "from": str(len(head))},
-                        timeout=60).content
+                        headers=mine, timeout=60).content
     assert head + tail == replay
 
 
@@ -58,7 +61,9 @@ def test_delete_stops_a_running_stream(server: Server) -> None:
     with requests.post(server.url("/v1/chat/completions"), json=long, stream=True, timeout=120,
                        headers={"X-Conversation-Id": "stop-me"}) as running:
         next(running.iter_content(chunk_size=None))
-        assert requests.delete(server.url("/v1/stream"), params={"conv_id": "stop-me"}, timeout=10).status_code == 204
+        stop = {"conv_id": "stop-me", "token": running.headers["X-Stream-Token"]}
+        assert requests.delete(server.url("/v1/stream"), params={"conv_id": "stop-me"}, timeout=10).status_code == 403
+        assert requests.delete(server.url("/v1/stream"), params=stop, timeout=10).status_code == 204
         rest = b"".join(running.iter_content(chunk_size=None))  # the stream ends soon after
     assert rest.count(b"data: ") < 1500
     assert requests.post(server.url("/v1/streams/lookup"), json={"conversation_ids": ["stop-me"]},

@@ -43,6 +43,7 @@ def switched_on(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Applicatio
     resumable = built.flask.test_client().post("/completion", json={"prompt": PROMPT, "n_predict": 4, "stream": True},
                                                headers={"X-Conversation-Id": "every-route"})
     assert resumable.status_code == 200 and "data: " in resumable.get_data(as_text=True)
+    QUERIES["/v1/stream"] += "&token=" + resumable.headers["X-Stream-Token"]  # the starter reads it back
     yield built
     built.shutdown()
 
@@ -54,7 +55,7 @@ def test_every_route_answers(switched_on: Application, spec: Any) -> None:
     path = spec.path.replace(":id_slot", "0") + ("?action=save" if ":id_slot" in spec.path else "")
     path += QUERIES.get(spec.path, "")
     if spec.method == "DELETE":
-        assert client.delete(path + "?conv_id=nothing-here").status_code == 204
+        assert client.delete(spec.path + "?conv_id=nothing-here").status_code == 204
         return
     response = client.get(path) if spec.method == "GET" else client.post(path, json=BODIES[spec.path])
     assert response.status_code == 200, (spec.path, response.get_data(as_text=True)[:300])
