@@ -1,4 +1,4 @@
-"""Vertex AI's prediction route: the default route, the deadline, the answer's size."""
+"""Vertex AI's prediction route: the default route, the deadline, the answer's size, what it reaches."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from app.config.options import option
 
 @dataclass(frozen=True)
 class VertexSettings:
-    """Vertex AI's prediction route: the default route, the deadline, the answer's size."""
+    """Vertex AI's prediction route: the default route, the deadline, the answer's size, what it reaches."""
 
     predict_default_route: str = option(("--predict-default-route",), "str", "/v1/chat/completions",
         "on Vertex AI, the route that answers a predict body that is not an instances envelope "
@@ -21,6 +21,10 @@ class VertexSettings:
     max_response_bytes: int = option(("--max-response-bytes",), "int", 0,
         "largest /predict answer (an error naming the limit above it): a shared Vertex AI endpoint takes "
         "1.5 MB (0: no limit)", env="LLAMA_ARG_MAX_RESPONSE_BYTES", minimum=0, metavar="BYTES")
+    predict_slots: bool = option(("--predict-slots",), "bool", False,
+        "let a predict instance reach /slots (@requestFormat: slots, and the slot actions); off: a predict "
+        "caller never sees or touches the slots, whatever --slots and --slots-debug say", env="LLAMA_ARG_PREDICT_SLOTS",
+        negative_flags=("--no-predict-slots",))
 
     def check(self) -> None:
         """Nothing beyond the options' own bounds."""

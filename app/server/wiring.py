@@ -108,7 +108,7 @@ def build_http_side(settings: Settings, engine: Engine, vertex: VertexEnvironmen
         pool = ThreadPoolExecutor(max_workers=PREDICT_WORKERS, thread_name_prefix="predict")
         try:
             routes = vertex_routes(routes, vertex, pool, settings.predict_default_route, engine.admitted_as_one,
-                                   settings.max_response_bytes)
+                                   settings.max_response_bytes, settings.predict_slots)
         except VertexEnvironmentError as exc:  # AIP_PREDICT_ROUTE hides an API route: fatal, as a failed load
             log.error("%s", exc)
             on_load_failure(exc)

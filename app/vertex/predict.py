@@ -209,6 +209,9 @@ def alias_listing(predict: PredictRoute, environment: VertexEnvironment) -> Call
     return get_vertex_aliases
 
 
+SLOTS_PATH = "/slots"
+
+
 def vertex_routes(
     routes: Sequence[Route],
     environment: VertexEnvironment,
@@ -216,13 +219,18 @@ def vertex_routes(
     default_route: str = "/v1/chat/completions",
     admit: Admission = nullcontext,
     max_response_bytes: int = 0,
+    predict_slots: bool = False,
 ) -> tuple[Route, ...]:
     """The table plus Vertex's routes: the predict route and, if ``AIP_HEALTH_ROUTE`` is set, a
-    health alias. Both are built after the alias table, so neither is an alias target."""
+    health alias. Both are built after the alias table, so neither is an alias target. A predict
+    instance reaches ``/slots`` (the view and the slot actions) only with ``predict_slots``
+    (``--predict-slots``): a predict caller is anyone who may call the endpoint, and the slots are
+    every user's."""
     environment.check_routes(route.path for route in routes)
     # Vertex AI's metrics scraper sends no API key.
     routes = tuple(replace(route, public=True) if route.path == METRICS_PATH else route for route in routes)
-    predict = PredictRoute(routes, pool, default_route, admit, max_response_bytes)
+    reachable = tuple(route for route in routes if predict_slots or not route.path.startswith(SLOTS_PATH))
+    predict = PredictRoute(reachable, pool, default_route, admit, max_response_bytes)
     for collision in predict.aliases.collisions:
         log.info("alias collision: %s", collision.describe())
     for route in predict.aliases.shadowed:

@@ -32,7 +32,7 @@ def server(server_dir: Path, models: dict[str, Path]) -> Iterator[Server]:
     slots = server_dir / "slots"
     slots.mkdir()
     running = start(server_dir, ["-np", "4", "-c", "4096", "--pooling", "mean", "--slot-save-path", str(slots),
-                                 "--lora", str(models["lora"]), "--metrics"],
+                                 "--lora", str(models["lora"]), "--metrics", "--predict-slots"],
                     {"AIP_MODE": "PREDICTION"})
     yield running
     assert running.stop() == 0, running.log()

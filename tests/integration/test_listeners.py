@@ -132,9 +132,10 @@ def test_a_connection_that_sends_nothing_is_closed_after_the_timeout(server_dir:
                 client.sendall(half)
                 with contextlib.suppress(ConnectionResetError):  # a reset is a close too
                     assert client.recv(4096) == b""  # closed after 2 s, by a health thread or a request thread
-        with socket.create_connection(("127.0.0.1", server.port), timeout=60) as idle:  # sends nothing at all
-            with contextlib.suppress(ConnectionResetError):
-                assert idle.recv(1024) == b""  # closed by the worker (after its keep-alive time), not kept
+        # a connection that sends nothing at all is closed by the worker (after its keep-alive time), not kept
+        with socket.create_connection(("127.0.0.1", server.port), timeout=60) as idle, contextlib.suppress(
+                ConnectionResetError):
+            assert idle.recv(1024) == b""
         assert requests.get(server.url("/health"), timeout=10).status_code == 200  # and it still serves
     finally:
         assert server.stop() == 0, server.log()

@@ -180,3 +180,13 @@ def test_an_oversized_body_is_413(vertex_server: Server) -> None:
     assert response.status_code == 413
     assert response.json()["error"]["code"] == 413
     assert requests.get(vertex_server.url("/health"), timeout=10).status_code == 200
+
+
+def test_the_slots_are_not_a_predict_alias_unless_asked(vertex_server: Server) -> None:
+    """Without --predict-slots a predict caller reaches neither /slots nor its actions (every user's
+    slots); the HTTP route itself answers as ever (tests/integration/test_embeddings_rerank_lora_slots.py
+    runs a server with the flag)."""
+    predictions = predict(vertex_server, {"instances": [{"@requestFormat": "slots"}, {"@requestFormat": "/slots"}]}
+                          ).json()["predictions"]
+    assert all("no handler" in prediction["error"]["message"] for prediction in predictions), predictions
+    assert requests.get(vertex_server.url("/slots"), timeout=10).status_code == 200

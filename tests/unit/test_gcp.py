@@ -290,7 +290,8 @@ def test_the_alias_listing_route_is_public_and_tells_the_whole_table(pool: Threa
     assert {"method": "POST", "path": "/props", "name": "post_props"} in listing["shadowed"]
     # every alias it lists resolves through the predict route's own table, to the route it names
     predict = next(route for route in routes if route.path == "/predict")
-    table = AliasTable([route for route in routes if route.path not in ("/predict", "/vertex/aliases")])
+    table = AliasTable([route for route in routes if route.path not in ("/predict", "/vertex/aliases")
+                        and not route.path.startswith("/slots")])  # hidden from predict: --predict-slots
     for item in listing["aliases"]:
         resolved = table.resolve(item["alias"])
         assert resolved is not None and (resolved.method, resolved.path) == (item["method"], item["path"])
@@ -397,3 +398,19 @@ def test_doctor_estimates_partial_offload_and_slow_downloads() -> None:
     assert slow.status == "fail" and "--deployment-timeout" in slow.fix
     assert machine_resources("n1-standard-8") == (8, 30.0) and machine_resources("g2-standard-24") == (24, 96.0)
     assert machine_resources("x9-unknown-1") is None
+
+
+def test_a_predict_instance_reaches_the_slots_only_when_asked(pool: ThreadPoolExecutor) -> None:
+    """/slots shows every user's slots: by default a predict caller (anyone who may call the endpoint)
+    reaches neither the view nor the slot actions; --predict-slots lets it."""
+    environment = VertexEnvironment(port=8080, predict_route="/predict", health_route=None, storage_uri=None)
+    for asked in (False, True):
+        routes = vertex_routes(list(bind_routes_for_listing()), environment, pool, predict_slots=asked)
+        predict = next(route for route in routes if route.path == "/predict")
+        predictions = call(predict, {"instances": [{"@requestFormat": "slots"}, {"@requestFormat": "/slots"}]}
+                           ).body["predictions"]
+        if asked:
+            assert predictions == [{"path": "/slots"}, {"path": "/slots"}]
+        else:
+            assert all("no handler" in prediction["error"]["message"] for prediction in predictions)
+        assert any(route.path == "/slots" for route in routes)  # the HTTP route itself is the table's
