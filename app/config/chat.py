@@ -45,6 +45,9 @@ class ChatSettings:
     media_urls: bool = option(("--media-urls",), "bool", False,
         "fetch http(s) image and audio URLs given in requests (default: only data: URIs and --media-path files)",
         env="LLAMA_ARG_MEDIA_URLS", negative_flags=("--no-media-urls",))
+    media_urls_private: bool = option(("--media-urls-private",), "bool", False,
+        "with --media-urls, also fetch from loopback and private addresses (default: public addresses only; "
+        "link-local, the metadata server's, never)", env="LLAMA_ARG_MEDIA_URLS_PRIVATE")
     media_max_bytes: int = option(("--media-max-bytes",), "int", 20 * 1024 * 1024,
         "largest media item a request may give or a URL may return", env="LLAMA_ARG_MEDIA_MAX_BYTES", minimum=1)
     media_marker: str | None = option(("--media-marker",), "str", None,

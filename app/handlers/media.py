@@ -7,9 +7,7 @@ from __future__ import annotations
 import base64
 import binascii
 import os
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -17,6 +15,7 @@ from typing import Any
 from app.engine.errors import MediaError
 from app.engine.types import MediaChunk
 from app.handlers.context import ServerContext
+from app.handlers.url_fetch import FetchPolicy, FetchRefused, fetch
 from app.protocol.errors import InvalidRequestError
 
 FETCH_TIMEOUT_SECONDS = 10.0
@@ -67,15 +66,12 @@ def media_from_url(ctx: ServerContext, url: str, field: str) -> MediaItem:
 
 
 def _fetch(ctx: ServerContext, url: str, field: str) -> bytes:
-    limit = ctx.settings.media_max_bytes
+    policy = FetchPolicy(max_bytes=ctx.settings.media_max_bytes, timeout_seconds=FETCH_TIMEOUT_SECONDS,
+                         allow_private=ctx.settings.media_urls_private)
     try:
-        with urllib.request.urlopen(url, timeout=FETCH_TIMEOUT_SECONDS) as response:
-            data: bytes = response.read(limit + 1)
-    except (urllib.error.URLError, OSError, ValueError) as exc:
-        raise _refuse(field, f"the media URL could not be fetched ({exc})") from None
-    if len(data) > limit:
-        raise _refuse(field, f"the media URL returned more than --media-max-bytes ({limit})")
-    return data
+        return fetch(url, policy)
+    except FetchRefused as exc:
+        raise _refuse(field, str(exc)) from None
 
 
 def _read_file(ctx: ServerContext, path: str, field: str) -> bytes:

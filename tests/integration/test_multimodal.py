@@ -6,6 +6,7 @@ batching, and a 400 naming the part for every bad input."""
 from __future__ import annotations
 
 import base64
+import http.server
 import io
 import json
 import os
@@ -270,6 +271,43 @@ def test_an_image_to_a_text_only_model_names_the_flag(vertex_server: Server) -> 
     assert response.status_code == 400
     message = response.json()["error"]["message"]
     assert "messages.0.content.1.image_url.url" in message and "--mmproj" in message
+
+
+def test_media_urls_through_the_guarded_fetcher(server_dir: Path) -> None:
+    """--media-urls on the real server: an image from an allowed address (here a private one, with
+    --media-urls-private) is the inline image; the metadata server, directly or behind a redirect,
+    is refused with a 400 that says nothing of what is there, and the server goes on."""
+    class Images(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            if self.path == "/to-metadata":
+                self.send_response(302)
+                self.send_header("Location", "http://169.254.169.254/computeMetadata/v1/")
+                self.end_headers()
+                return
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(RED)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    images = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Images)
+    threading.Thread(target=images.serve_forever, daemon=True).start()
+    base = f"http://127.0.0.1:{images.server_address[1]}"
+    projector = make_vision_projector(server_dir / "mmproj-urls.gguf")
+    fetching = start(server_dir, ["--mmproj", str(projector), "-np", "1", "-c", "1024", "--media-urls",
+                                  "--media-urls-private"])
+    try:
+        fetched = chat(fetching, [{"type": "image_url", "image_url": {"url": f"{base}/red.png"}}])
+        assert fetched.status_code == 200 and answer(fetched) == answer(chat(fetching, [image_part(RED)]))
+        for url in ("http://169.254.169.254/computeMetadata/v1/", f"{base}/to-metadata"):
+            refused = chat(fetching, [{"type": "image_url", "image_url": {"url": url}}])
+            message = refused.json()["error"]["message"]
+            assert refused.status_code == 400 and "not used" in message and "169.254" not in message, message
+        assert requests.get(fetching.url("/health"), timeout=10).status_code == 200
+    finally:
+        images.shutdown()
+        assert fetching.stop() == 0, fetching.log()
 
 
 def test_a_file_that_is_not_a_projector_stops_the_server(server_dir: Path) -> None:

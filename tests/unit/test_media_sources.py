@@ -1,11 +1,13 @@
 """Where a media item's bytes come from: data: URIs, raw base64, http(s) only with --media-urls
-(within --media-max-bytes), file:// only under --media-path. Served by a local HTTP server."""
+(public addresses unless --media-urls-private, redirects checked, within --media-max-bytes and a
+total time), file:// only under --media-path. Served by a local HTTP server."""
 
 from __future__ import annotations
 
 import base64
 import http.server
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
@@ -16,9 +18,13 @@ import pytest
 from app.config.settings import parse_settings
 from app.handlers.context import ServerContext
 from app.handlers.media import media_from_url
+from app.handlers.url_fetch import FetchPolicy, FetchRefused, fetch, private_address, public_address
 from app.protocol.errors import InvalidRequestError
 
 PAYLOAD = b"\x89PNG fake image bytes" * 10
+REDIRECTS = {"/moved": "/cat.png", "/to-metadata": "http://169.254.169.254/computeMetadata/v1/",
+             "/to-ftp": "ftp://127.0.0.1/cat.png", "/loop": "/loop"}
+PRIVATE = ("--media-urls", "--media-urls-private")
 
 
 def context(*args: str) -> ServerContext:
@@ -29,10 +35,20 @@ def context(*args: str) -> ServerContext:
 def http_url() -> Iterator[str]:
     class Handler(http.server.BaseHTTPRequestHandler):
         def do_GET(self) -> None:
-            self.send_response(200 if self.path == "/cat.png" else 404)
+            if self.path in REDIRECTS:
+                self.send_response(302)
+                self.send_header("Location", REDIRECTS[self.path])
+                self.end_headers()
+                return
+            self.send_response(200 if self.path in ("/cat.png", "/drip") else 404)
             self.end_headers()
             if self.path == "/cat.png":
                 self.wfile.write(PAYLOAD)
+            elif self.path == "/drip":  # a byte a second, for a minute
+                for _ in range(60):
+                    self.wfile.write(b"x")
+                    self.wfile.flush()
+                    time.sleep(1)
 
         def log_message(self, *args: Any) -> None:
             pass
@@ -54,13 +70,44 @@ def test_data_uris_and_raw_base64() -> None:
 def test_http_urls_are_fetched_only_when_allowed(http_url: str) -> None:
     with pytest.raises(InvalidRequestError, match="--media-urls"):
         media_from_url(context(), f"{http_url}/cat.png", "f")
-    assert media_from_url(context("--media-urls"), f"{http_url}/cat.png", "f").data == PAYLOAD
-    with pytest.raises(InvalidRequestError, match="could not be fetched"):
-        media_from_url(context("--media-urls"), f"{http_url}/missing.png", "f")
+    with pytest.raises(InvalidRequestError, match="not an allowed address"):  # 127.0.0.1 is not public
+        media_from_url(context("--media-urls"), f"{http_url}/cat.png", "f")
+    assert media_from_url(context(*PRIVATE), f"{http_url}/cat.png", "f").data == PAYLOAD
+    assert media_from_url(context(*PRIVATE), f"{http_url}/moved", "f").data == PAYLOAD  # a redirect, checked
+    with pytest.raises(InvalidRequestError, match="could not be fetched") as missing:
+        media_from_url(context(*PRIVATE), f"{http_url}/missing.png", "f")
+    assert "404" not in str(missing.value) and "127.0.0.1" not in str(missing.value)  # nothing to scan with
+
+
+@pytest.mark.parametrize("target", ["http://169.254.169.254/computeMetadata/v1/", "http://[::ffff:169.254.169.254]/",
+                                    "http://224.0.0.1/", "http://0.0.0.0/"])
+def test_the_metadata_server_and_other_special_addresses_are_never_fetched(target: str) -> None:
+    with pytest.raises(InvalidRequestError, match="not an allowed address"):
+        media_from_url(context(*PRIVATE), target, "f")
+
+
+@pytest.mark.parametrize("path", ["/to-metadata", "/to-ftp", "/loop"])
+def test_each_redirect_is_checked_and_redirects_are_few(http_url: str, path: str) -> None:
+    with pytest.raises(InvalidRequestError, match="the media URL was not used"):
+        media_from_url(context(*PRIVATE), f"{http_url}{path}", "f")
+
+
+def test_a_slow_drip_runs_out_of_time(http_url: str) -> None:
+    """The fetch's time is bounded as a whole, not per read: one byte a second never ends it."""
+    with pytest.raises(FetchRefused, match="could not be fetched"):
+        fetch(f"{http_url}/drip", FetchPolicy(max_bytes=1024, timeout_seconds=1.5, allow_private=True))
+
+
+def test_which_addresses_are_public_or_private() -> None:
+    assert [public_address(a) for a in ("8.8.8.8", "2001:4860:4860::8888", "127.0.0.1", "10.1.2.3", "192.168.0.1",
+                                        "169.254.169.254", "::ffff:127.0.0.1", "224.0.0.1", "::1", "fe80::1")] == [
+        True, True, False, False, False, False, False, False, False, False]
+    assert [private_address(a) for a in ("127.0.0.1", "10.1.2.3", "::1", "169.254.169.254", "fe80::1", "8.8.8.8")] == [
+        True, True, True, False, False, False]
 
 
 def test_the_size_limit_holds_for_urls_and_inline_data(http_url: str) -> None:
-    small = ("--media-urls", "--media-max-bytes", "64")
+    small = (*PRIVATE, "--media-max-bytes", "64")
     with pytest.raises(InvalidRequestError, match="more than --media-max-bytes"):
         media_from_url(context(*small), f"{http_url}/cat.png", "f")
     with pytest.raises(InvalidRequestError, match="larger than --media-max-bytes"):
