@@ -16,6 +16,7 @@ from app.handlers.generation import JobGroup, Streamed
 from app.handlers.media import SOURCE_FIELD, MediaItem, decode_base64, media_from_url, media_marker, tokenize_with_media
 from app.handlers.params import ChatBody, ChatMessage, ContentPart, completions_count, generation_request, grammar_for
 from app.handlers.reasoning import CLOSE, FORMATS, OPEN, ReasoningStream, split_reasoning
+from app.handlers.request_limits import check_media_count
 from app.handlers.shapes import chunk_extras, finish_reason, probability_entries, probs_within_text
 from app.handlers.tools import (
     ToolCall,
@@ -45,7 +46,7 @@ def _part_media(ctx: ServerContext, part: ContentPart, field: str) -> MediaItem 
         data = audio.get("data") if isinstance(audio, dict) else None
         if not isinstance(data, str):
             raise InvalidRequestError(f"Field '{field}.input_audio.data': required (base64 WAV or MP3)")
-        return MediaItem(decode_base64(ctx, data, f"{field}.input_audio.data"), f"{field}.input_audio.data")
+        return MediaItem.of(decode_base64(ctx, data, f"{field}.input_audio.data"), f"{field}.input_audio.data")
     if part.type not in ("text", "input_text", "output_text"):
         raise InvalidRequestError(f"Field '{field}': content part type {part.type!r} is not supported (text, "
                                   "image_url and input_audio are)")
@@ -61,6 +62,7 @@ def _text_of(ctx: ServerContext, message: ChatMessage, index: int, media: list[M
         item = _part_media(ctx, part, f"messages.{index}.content.{number}")
         if item is not None:
             media.append(item)
+            check_media_count(len(media), "messages")
             texts.append(media_marker(ctx))
         else:
             texts.append(part.text or "")

@@ -6,15 +6,17 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import os
 import urllib.parse
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from app.engine.errors import MediaError
 from app.engine.types import MediaChunk
 from app.handlers.context import ServerContext
+from app.handlers.request_limits import check_media_count
 from app.handlers.url_fetch import FetchPolicy, FetchRefused, fetch
 from app.protocol.errors import InvalidRequestError
 
@@ -24,10 +26,20 @@ SOURCE_FIELD = "source_field"  # set by a dialect that converts its media parts 
 
 @dataclass(frozen=True)
 class MediaItem:
-    """One image or audio file of a prompt, and the request field it came from."""
+    """One image or audio file of a prompt, and the request field it came from. Its bytes are read
+    when first asked for: an http(s) item is fetched only when the prompt is tokenized with a
+    projector (never for /apply-template, never for a model that takes no media)."""
 
-    data: bytes
     field: str
+    load: Callable[[], bytes]
+
+    @classmethod
+    def of(cls, data: bytes, field: str) -> MediaItem:
+        return cls(field, lambda: data)
+
+    @functools.cached_property
+    def data(self) -> bytes:
+        return self.load()
 
 
 def _refuse(field: str, message: str) -> InvalidRequestError:
@@ -50,19 +62,19 @@ def media_from_url(ctx: ServerContext, url: str, field: str) -> MediaItem:
         head, sep, payload = url.partition(",")
         if not sep or not head.endswith(";base64"):
             raise _refuse(field, "a data: URI must be base64 (data:<type>;base64,<data>)")
-        return MediaItem(decode_base64(ctx, payload, field), field)
+        return MediaItem.of(decode_base64(ctx, payload, field), field)
     scheme = urllib.parse.urlsplit(url).scheme.lower()
     if scheme in ("http", "https"):
         if not ctx.settings.media_urls:
             raise _refuse(field, "fetching http(s) media URLs is off: send the item as a data: URI (base64), or "
                                  "start the server with --media-urls")
-        return MediaItem(_fetch(ctx, url, field), field)
+        return MediaItem(field, lambda: _fetch(ctx, url, field))  # fetched when its tokens are needed
     if url.startswith("file://"):
-        return MediaItem(_read_file(ctx, urllib.parse.unquote(url[len("file://"):]), field), field)
+        return MediaItem.of(_read_file(ctx, urllib.parse.unquote(url[len("file://"):]), field), field)
     if scheme:
         raise _refuse(field, "the media URL must be a data: URI, raw base64, an http(s) URL (with --media-urls) or "
                              "a file:// URL (under --media-path)")
-    return MediaItem(decode_base64(ctx, url, field), field)  # llama-server takes raw base64 too
+    return MediaItem.of(decode_base64(ctx, url, field), field)  # llama-server takes raw base64 too
 
 
 def _fetch(ctx: ServerContext, url: str, field: str) -> bytes:
@@ -117,7 +129,8 @@ def prompt_object(ctx: ServerContext, prompt: dict[str, Any], field: str, add_sp
     data = prompt.get("multimodal_data", [])
     if not isinstance(data, list) or not all(isinstance(item, str) for item in data):
         raise _refuse(f"{field}.multimodal_data", "must be an array of base64 strings")
-    items = [MediaItem(decode_base64(ctx, item, f"{field}.multimodal_data.{n}"), f"{field}.multimodal_data.{n}")
+    check_media_count(len(data), f"{field}.multimodal_data")
+    items = [MediaItem.of(decode_base64(ctx, item, f"{field}.multimodal_data.{n}"), f"{field}.multimodal_data.{n}")
              for n, item in enumerate(data)]
     if items and ctx.engine.media is None:
         raise _refuse(f"{field}.multimodal_data", "this model has no multimodal projector: start the server with "

@@ -18,6 +18,7 @@ MAX_N_PROBS = 100  # n_probs (and OpenAI logprobs / top_logprobs, which become i
 MAX_STOP_STRINGS = 64  # stop (Anthropic stop_sequences)
 MAX_STOP_CHARACTERS = 1024  # each stop string
 MAX_LOGIT_BIAS = 2048  # logit_bias entries, and the tokens their string keys become
+MAX_MEDIA_ITEMS = 32  # images and audio files in one prompt (each may be a URL to fetch)
 
 
 def check_costs(n_probs: int, stop: Sequence[str]) -> None:
@@ -34,3 +35,11 @@ def check_costs(n_probs: int, stop: Sequence[str]) -> None:
 def check_logit_bias(entries: int) -> None:
     if entries > MAX_LOGIT_BIAS:
         raise InvalidRequestError(f"Field 'logit_bias': {entries} entries; the limit is {MAX_LOGIT_BIAS}")
+
+
+def check_media_count(count: int, field: str) -> None:
+    """Media items are decoded (and URLs fetched) on the request's thread, but each one's rows are
+    decoded on the engine thread: bounded like the costs above."""
+    if count > MAX_MEDIA_ITEMS:
+        raise InvalidRequestError(f"Field '{field}': more than {MAX_MEDIA_ITEMS} images and audio files in one "
+                                  f"request; the limit is {MAX_MEDIA_ITEMS}")

@@ -18,13 +18,21 @@ import pytest
 from app.config.settings import parse_settings
 from app.handlers.context import ServerContext
 from app.handlers.media import media_from_url
+from app.handlers.request_limits import MAX_MEDIA_ITEMS
 from app.handlers.url_fetch import FetchPolicy, FetchRefused, fetch, private_address, public_address
 from app.protocol.errors import InvalidRequestError
+from tests.inprocess import make_application
 
 PAYLOAD = b"\x89PNG fake image bytes" * 10
 REDIRECTS = {"/moved": "/cat.png", "/to-metadata": "http://169.254.169.254/computeMetadata/v1/",
              "/to-ftp": "ftp://127.0.0.1/cat.png", "/loop": "/loop"}
 PRIVATE = ("--media-urls", "--media-urls-private")
+HITS = [0]  # requests the local HTTP server has answered
+
+
+def read(ctx: ServerContext, url: str) -> bytes:
+    """A URL's item, read (an http(s) one is fetched only then)."""
+    return media_from_url(ctx, url, "f").data
 
 
 def context(*args: str) -> ServerContext:
@@ -35,6 +43,7 @@ def context(*args: str) -> ServerContext:
 def http_url() -> Iterator[str]:
     class Handler(http.server.BaseHTTPRequestHandler):
         def do_GET(self) -> None:
+            HITS[0] += 1
             if self.path in REDIRECTS:
                 self.send_response(302)
                 self.send_header("Location", REDIRECTS[self.path])
@@ -69,13 +78,13 @@ def test_data_uris_and_raw_base64() -> None:
 
 def test_http_urls_are_fetched_only_when_allowed(http_url: str) -> None:
     with pytest.raises(InvalidRequestError, match="--media-urls"):
-        media_from_url(context(), f"{http_url}/cat.png", "f")
+        read(context(), f"{http_url}/cat.png")
     with pytest.raises(InvalidRequestError, match="not an allowed address"):  # 127.0.0.1 is not public
-        media_from_url(context("--media-urls"), f"{http_url}/cat.png", "f")
+        read(context("--media-urls"), f"{http_url}/cat.png")
     assert media_from_url(context(*PRIVATE), f"{http_url}/cat.png", "f").data == PAYLOAD
     assert media_from_url(context(*PRIVATE), f"{http_url}/moved", "f").data == PAYLOAD  # a redirect, checked
     with pytest.raises(InvalidRequestError, match="could not be fetched") as missing:
-        media_from_url(context(*PRIVATE), f"{http_url}/missing.png", "f")
+        read(context(*PRIVATE), f"{http_url}/missing.png")
     assert "404" not in str(missing.value) and "127.0.0.1" not in str(missing.value)  # nothing to scan with
 
 
@@ -83,13 +92,13 @@ def test_http_urls_are_fetched_only_when_allowed(http_url: str) -> None:
                                     "http://224.0.0.1/", "http://0.0.0.0/"])
 def test_the_metadata_server_and_other_special_addresses_are_never_fetched(target: str) -> None:
     with pytest.raises(InvalidRequestError, match="not an allowed address"):
-        media_from_url(context(*PRIVATE), target, "f")
+        read(context(*PRIVATE), target)
 
 
 @pytest.mark.parametrize("path", ["/to-metadata", "/to-ftp", "/loop"])
 def test_each_redirect_is_checked_and_redirects_are_few(http_url: str, path: str) -> None:
     with pytest.raises(InvalidRequestError, match="the media URL was not used"):
-        media_from_url(context(*PRIVATE), f"{http_url}{path}", "f")
+        read(context(*PRIVATE), f"{http_url}{path}")
 
 
 def test_a_slow_drip_runs_out_of_time(http_url: str) -> None:
@@ -109,7 +118,7 @@ def test_which_addresses_are_public_or_private() -> None:
 def test_the_size_limit_holds_for_urls_and_inline_data(http_url: str) -> None:
     small = (*PRIVATE, "--media-max-bytes", "64")
     with pytest.raises(InvalidRequestError, match="more than --media-max-bytes"):
-        media_from_url(context(*small), f"{http_url}/cat.png", "f")
+        read(context(*small), f"{http_url}/cat.png")
     with pytest.raises(InvalidRequestError, match="larger than --media-max-bytes"):
         media_from_url(context(*small), base64.b64encode(PAYLOAD).decode(), "f")
 
@@ -126,3 +135,33 @@ def test_files_only_under_the_media_path(tmp_path: Path) -> None:
             media_from_url(allowed, outside, "f")
     with pytest.raises(InvalidRequestError, match="--media-path DIR"):
         media_from_url(context(), "file://cat.png", "f")
+
+
+def test_a_url_is_fetched_only_when_its_tokens_are_needed(http_url: str) -> None:
+    """/apply-template renders markers and needs no bytes; a model without a projector takes no media:
+    neither makes the server fetch anything."""
+    hits_before = HITS[0]
+    built = make_application("--media-urls", "--media-urls-private")
+    try:
+        client = built.flask.test_client()
+        messages = [{"role": "user", "content": [{"type": "text", "text": "Look"},
+                                                 {"type": "image_url", "image_url": {"url": f"{http_url}/cat.png"}}]}]
+        assert client.post("/apply-template", json={"messages": messages}).status_code == 200
+        refused = client.post("/v1/chat/completions", json={"messages": messages, "max_tokens": 2})
+        assert refused.status_code == 400 and "no multimodal projector" in refused.get_json()["error"]["message"]
+        assert HITS[0] == hits_before
+    finally:
+        built.shutdown()
+
+
+def test_the_media_items_of_one_request_are_bounded() -> None:
+    built = make_application()
+    try:
+        url = "data:image/png;base64," + base64.b64encode(PAYLOAD).decode()
+        image = {"type": "image_url", "image_url": {"url": url}}
+        many = [{"role": "user", "content": [image] * (MAX_MEDIA_ITEMS + 1)}]
+        refused = built.flask.test_client().post("/apply-template", json={"messages": many})
+        assert refused.status_code == 400
+        assert f"Field 'messages': more than {MAX_MEDIA_ITEMS}" in refused.get_json()["error"]["message"]
+    finally:
+        built.shutdown()
