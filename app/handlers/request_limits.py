@@ -18,7 +18,7 @@ MAX_N_PROBS = 100  # n_probs (and OpenAI logprobs / top_logprobs, which become i
 MAX_STOP_STRINGS = 64  # stop (Anthropic stop_sequences)
 MAX_STOP_CHARACTERS = 1024  # each stop string
 MAX_LOGIT_BIAS = 2048  # logit_bias entries, and the tokens their string keys become
-MAX_MEDIA_ITEMS = 32  # images and audio files in one prompt (each may be a URL to fetch)
+MAX_MEDIA_ITEMS = 64  # images and audio files in one prompt (each may be a URL to fetch)
 
 
 def check_costs(n_probs: int, stop: Sequence[str]) -> None:

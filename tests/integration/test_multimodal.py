@@ -252,7 +252,7 @@ def test_undecodable_bytes_never_reach_an_ffmpeg_on_the_path(server: Server, dec
 
 
 def test_more_media_than_a_slot_holds_is_a_400(server: Server) -> None:
-    response = chat(server, [image_part(RED)] * 70)  # 70 x 16 tokens > 1024 per slot
+    response = chat(server, [image_part(RED)] * 64)  # 64 x 16 tokens and the text > 1024 per slot (64: the most)
     assert response.status_code == 400, response.text[:300]
     assert response.json()["error"]["type"] == "exceed_context_size_error"
     assert answer(chat(server, [image_part(RED)]))
