@@ -22,6 +22,7 @@ from app.handlers.chat import (
 )
 from app.handlers.completions import CompletionBody, post_completion, post_openai_completions
 from app.handlers.context import ServerContext
+from app.handlers.cors_proxy import get_cors_proxy, post_cors_proxy
 from app.handlers.embeddings import (
     NativeEmbeddingBody,
     OpenAIEmbeddingBody,
@@ -135,6 +136,8 @@ ROUTES: tuple[RouteSpec, ...] = (
     RouteSpec("GET", "/slots", get_slots, requires=SLOTS),
     RouteSpec("POST", "/slots/:id_slot", post_slot_action, body=SlotFileBody, requires=SLOT_FILES),
     RouteSpec("GET", "/openapi.json", get_openapi, public=True),
+    RouteSpec("GET", "/cors-proxy", get_cors_proxy),
+    RouteSpec("POST", "/cors-proxy", post_cors_proxy),
 )
 
 

@@ -290,3 +290,11 @@ def test_every_sampler_stage_runs_on_the_real_backend(vertex_server: Server) -> 
         reply = post(vertex_server, "/completion", {**base, **variant})
         assert reply.status_code == 200, (variant, reply.text)
         assert reply.json()["tokens_predicted"] >= 1
+
+
+def test_the_cors_proxy_is_llama_servers_answer_when_it_is_off(vertex_server: Server) -> None:
+    for method in ("GET", "POST"):
+        answer = requests.request(method, vertex_server.url("/cors-proxy"), params={"url": "http://example.com"},
+                                  timeout=10)
+        assert answer.status_code == 403 and answer.json()["error"]["type"] == "permission_error"
+        assert "--ui-mcp-proxy" in answer.json()["error"]["message"]

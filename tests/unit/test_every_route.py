@@ -57,7 +57,10 @@ def test_every_route_answers(switched_on: Application, spec: Any) -> None:
     if spec.method == "DELETE":
         assert client.delete(spec.path + "?conv_id=nothing-here").status_code == 204
         return
-    response = client.get(path) if spec.method == "GET" else client.post(path, json=BODIES[spec.path])
+    response = client.get(path) if spec.method == "GET" else client.post(path, json=BODIES.get(spec.path, {}))
+    if spec.path == "/cors-proxy":  # llama-server's answer while its proxy is off, which it always is here
+        assert response.status_code == 403 and response.get_json()["error"]["type"] == "permission_error"
+        return
     assert response.status_code == 200, (spec.path, response.get_data(as_text=True)[:300])
     if spec.path == "/metrics":
         assert "llamacpp:" in response.get_data(as_text=True)
