@@ -184,7 +184,14 @@ def recorded_build_args(prefix: Path = Path(sys.prefix)) -> tuple[str, ...] | No
 
 
 
-PYPROJECT = Path(__file__).resolve().parents[2] / "pyproject.toml"
+def _pyproject_beside(script: Path) -> Path:
+    """The repository's pyproject.toml (this file is app/host/llama_build.py); where the file was copied
+    alone (the Dockerfile copies it and pyproject.toml into one folder), the one beside it."""
+    repository = script.parents[2] / "pyproject.toml" if len(script.parents) > 2 else None
+    return repository if repository is not None and repository.is_file() else script.with_name("pyproject.toml")
+
+
+PYPROJECT = _pyproject_beside(Path(__file__).resolve())
 
 
 def pinned_version(pyproject: Path = PYPROJECT) -> str:

@@ -4,6 +4,7 @@ Vertex AI and the development machines run on."""
 from __future__ import annotations
 
 import platform
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -19,6 +20,7 @@ from app.host.llama_build import (
     missing_features,
     options_on,
     parse_cpuinfo,
+    pinned_version,
     recorded_build_args,
 )
 
@@ -119,3 +121,14 @@ def test_the_script_prints_the_arguments_the_install_script_uses(tmp_path: Path)
     for target in ("portable", "host"):
         printed = subprocess.run([*script, "--target", target], capture_output=True, text=True, check=True)
         assert tuple(printed.stdout.split()) == cmake_args(here, target)
+
+
+def test_the_script_runs_where_the_dockerfile_copies_it(tmp_path: Path) -> None:
+    """The Dockerfile copies llama_build.py and pyproject.toml alone into /tmp: the version comes from
+    the pyproject.toml beside it (once a module constant that needed the repository's folders)."""
+    shutil.copy(ROOT / "app" / "host" / "llama_build.py", tmp_path / "llama_build.py")
+    shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
+    copied = [sys.executable, str(tmp_path / "llama_build.py")]
+    version = subprocess.run([*copied, "version"], capture_output=True, text=True, check=True, cwd=tmp_path).stdout
+    assert version.strip() == pinned_version()
+    assert subprocess.run([*copied, "cmake-args"], capture_output=True, text=True, check=True).stdout.strip()
