@@ -27,10 +27,11 @@ class ServerContext:
     _default_grammar: str = ""  # --grammar, or --json-schema's grammar: published with the template
     metrics: MetricsExporter = field(init=False)
     routes: tuple[Route, ...] = ()  # the whole table as served (Vertex routes included)
-    stream_sessions: StreamSessions = field(default_factory=StreamSessions)  # resumable streams
+    stream_sessions: StreamSessions = field(init=False)  # resumable streams
 
     def __post_init__(self) -> None:
         self.metrics = MetricsExporter(self.engine.stats)
+        self.stream_sessions = StreamSessions(keyed=bool(self.api_keys))
 
     @property
     def model_path(self) -> str:

@@ -11,7 +11,7 @@ from app.handlers.context import ServerContext
 from app.handlers.params import validate_body
 from app.protocol.api import ApiReply, ApiRequest
 from app.protocol.errors import InvalidRequestError, NotFoundError, PermissionDeniedError
-from app.protocol.stream_sessions import TOKEN_HEADER, OffsetLost, StreamSession
+from app.protocol.stream_sessions import TOKEN_HEADER, NotTheOwner, OffsetLost, StreamSession
 
 
 class LookupBody(BaseModel):
@@ -26,19 +26,20 @@ def _conversation(request: ApiRequest) -> str:
     return conversation
 
 
-def _check_owner(ctx: ServerContext, request: ApiRequest, session: StreamSession) -> None:
-    """Only the client that started a session reads or cancels it (its X-Stream-Token), or any client of
-    a server with API keys (the middleware checked the key)."""
+def _owned_session(ctx: ServerContext, request: ApiRequest) -> StreamSession | None:
+    """The named session, for its starter only (its X-Stream-Token, or ``token``), or any client of a
+    keyed server (app/protocol/stream_sessions.py owns the rule)."""
     token = request.headers.get(TOKEN_HEADER) or request.params.get("token")
-    if not ctx.api_keys and not session.owned_by(token):
-        raise PermissionDeniedError(f"this stream belongs to the client that started it: give its {TOKEN_HEADER}")
+    try:
+        return ctx.stream_sessions.owned(_conversation(request), token)
+    except NotTheOwner as exc:
+        raise PermissionDeniedError(str(exc)) from None
 
 
 def get_stream(ctx: ServerContext, request: ApiRequest) -> ApiReply:
-    session = ctx.stream_sessions.get(_conversation(request))
+    session = _owned_session(ctx, request)
     if session is None:
         raise NotFoundError("Stream not found or expired")
-    _check_owner(ctx, request, session)
     try:
         offset = int(request.params.get("from", "0") or "0")
         if offset < 0:
@@ -63,9 +64,6 @@ def post_streams_lookup(ctx: ServerContext, request: ApiRequest) -> ApiReply:
 def delete_stream(ctx: ServerContext, request: ApiRequest) -> ApiReply:
     """The user's Stop: the stream's generation is cancelled and its session dropped (204, also
     when there was none)."""
-    conversation = _conversation(request)
-    session = ctx.stream_sessions.get(conversation)
-    if session is not None:
-        _check_owner(ctx, request, session)
-    ctx.stream_sessions.evict(conversation, cancel=True)
+    _owned_session(ctx, request)
+    ctx.stream_sessions.evict(_conversation(request), cancel=True)
     return ApiReply(status=204, text="", content_type="application/json")

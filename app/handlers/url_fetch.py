@@ -34,21 +34,25 @@ class FetchRefused(Exception):
     """The URL was not fetched; the message is safe to show the client."""
 
 
+def _ip(address: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
+    """The address, an IPv4-mapped IPv6 one as the IPv4 address it carries."""
+    ip = ipaddress.ip_address(address)
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        return ip.ipv4_mapped
+    return ip
+
+
 def public_address(address: str) -> bool:
     """Whether ``address`` is a global unicast address (not loopback, private, link-local,
     multicast, reserved or unspecified; IPv4-mapped IPv6 addresses are judged as IPv4)."""
-    ip = ipaddress.ip_address(address)
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
+    ip = _ip(address)
     return ip.is_global and not (ip.is_multicast or ip.is_reserved)
 
 
 def private_address(address: str) -> bool:
     """Loopback or a private range: allowed with ``allow_private``. Link-local (the metadata server,
     169.254.169.254) never is."""
-    ip = ipaddress.ip_address(address)
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
+    ip = _ip(address)
     return (ip.is_loopback or ip.is_private) and not (ip.is_link_local or ip.is_multicast or ip.is_unspecified)
 
 

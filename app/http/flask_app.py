@@ -54,14 +54,13 @@ def tokens_of(body: Any) -> int | None:
     return None
 
 
-def _view(route: Route, sessions: StreamSessions | None, keyed: bool) -> Callable[..., Response]:
-    """``keyed``: the server checks API keys, so every request that reaches a view carries one."""
+def _view(route: Route, sessions: StreamSessions | None) -> Callable[..., Response]:
     def view(**path_params: Any) -> Response:
         client_gone = disconnect_probe(request.environ)
         starts_session = route.streams and not route.replays and sessions is not None
         conversation = request.headers.get(SESSION_HEADER, "") if starts_session else ""
         try:
-            session = sessions.create(conversation, request.headers.get(TOKEN_HEADER), trusted=keyed) if (
+            session = sessions.create(conversation, request.headers.get(TOKEN_HEADER)) if (
                 sessions is not None and conversation) else None
         except TooManySessions as exc:
             return to_response(ApiReply.error(UnavailableError(str(exc))))
@@ -203,7 +202,7 @@ def create_app(
         app.add_url_rule(
             prefix + flask_rule(route.path),
             endpoint=endpoint(route),
-            view_func=_view(route, sessions, bool(api_keys)),
+            view_func=_view(route, sessions),
             methods=[route.method],
             provide_automatic_options=False,
         )

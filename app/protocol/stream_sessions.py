@@ -135,7 +135,9 @@ class StreamSessions:
     """The live sessions by conversation id (one each); completed ones expire after TTL_SECONDS."""
 
     def __init__(self, ttl_seconds: int = TTL_SECONDS, max_bytes: int = MAX_BYTES,
-                 max_sessions: int = MAX_SESSIONS) -> None:
+                 max_sessions: int = MAX_SESSIONS, keyed: bool = False) -> None:
+        """``keyed``: the server checks API keys, so every caller carries one and may touch any session."""
+        self._keyed = keyed
         self._ttl = ttl_seconds
         self._max = max_bytes
         self._max_sessions = max_sessions
@@ -148,15 +150,15 @@ class StreamSessions:
             if session.done and session.info().completed_at <= cutoff:
                 del self._sessions[key]
 
-    def create(self, conversation_id: str, token: str | None = None, trusted: bool = False) -> StreamSession:
+    def create(self, conversation_id: str, token: str | None = None) -> StreamSession:
         """A new session for the id; a previous one is cancelled (its stream stops): while it is live,
-        only with its ``token`` or when ``trusted`` (NotTheOwner otherwise). With every place taken,
+        only with its ``token`` or on a keyed server (NotTheOwner otherwise). With every place taken,
         the oldest completed session makes room; TooManySessions if all are live."""
         fresh = StreamSession(conversation_id, self._max)
         with self._lock:
             self._expire()
             previous = self._sessions.get(conversation_id)
-            if previous is not None and not previous.done and not trusted and not previous.owned_by(token):
+            if previous is not None and not previous.done and not self._keyed and not previous.owned_by(token):
                 raise NotTheOwner(f"a live stream has the {HEADER} {conversation_id!r}; give its {TOKEN_HEADER} "
                                   "to replace it, or use another id")
             if previous is None and len(self._sessions) >= self._max_sessions:
@@ -170,6 +172,14 @@ class StreamSessions:
         if previous is not None:
             previous.cancel()
         return fresh
+
+    def owned(self, conversation_id: str, token: str | None) -> StreamSession | None:
+        """The session of the id for the client that started it (its ``token``), or any client of a
+        keyed server; NotTheOwner for anyone else, None where there is no session."""
+        session = self.get(conversation_id)
+        if session is not None and not self._keyed and not session.owned_by(token):
+            raise NotTheOwner(f"this stream belongs to the client that started it: give its {TOKEN_HEADER}")
+        return session
 
     def get(self, conversation_id: str) -> StreamSession | None:
         with self._lock:

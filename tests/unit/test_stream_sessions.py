@@ -59,7 +59,10 @@ def test_a_new_stream_on_the_same_id_cancels_the_old_one_and_lookup_finds_varian
     assert not first.is_cancelled()
     second = sessions.create("conv", first.token)
     assert first.is_cancelled() and not second.is_cancelled() and sessions.get("conv") is second
-    assert sessions.create("conv", trusted=True) is not second and second.is_cancelled()  # a keyed server
+    keyed = StreamSessions(keyed=True)  # every caller of a keyed server carries a key
+    live = keyed.create("conv")
+    assert keyed.create("conv") is not live and live.is_cancelled()
+    assert keyed.owned("conv", None) is not None
     sessions.create("conv::model-a")
     sessions.create("other")
     assert sorted(info.conversation_id for info in sessions.lookup(["conv"])) == ["conv", "conv::model-a"]
