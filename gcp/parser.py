@@ -86,7 +86,8 @@ def _add_upload(commands: Any) -> None:
     _common(upload)
     upload.add_argument("--image", required=True, help="the container image URI (Artifact Registry)")
     upload.add_argument("--display-name", default="vertex-llama", help="the Model's display name")
-    upload.add_argument("--artifact-uri", help="gs:// directory holding the .gguf (becomes AIP_STORAGE_URI)")
+    upload.add_argument("--artifact-uri", help="gs:// directory holding the .gguf (becomes AIP_STORAGE_URI); "
+                        "one holding several models is served as a router")
     upload.add_argument("--env", type=_env_arg, action="append", default=[], metavar="NAME=VALUE",
                         help="container environment, e.g. LLAMA_ARG_CTX_SIZE=8192 (repeatable)")
     for dest, (flag, env) in SETTING_FLAGS.items():

@@ -1,7 +1,7 @@
 """Server settings: one declaration per option, in sections, parsed once at start-up.
 
 Each option is declared exactly once, as a field of one section (``model.py``, ``compute.py``,
-``serving.py``, ``sampling.py``, ``chat.py``, ``http.py``, ``vertex.py``, ``logs.py``): its type,
+``serving.py``, ``sampling.py``, ``chat.py``, ``http.py``, ``vertex.py``, ``router.py``, ``logs.py``): its type,
 default, flags, environment variable, bounds and help. Each section also owns its checks (``check``)
 and the values derived from its options. ``Settings`` is every section in one frozen value, read flat
 (``settings.ctx_size``); ``OPTIONS`` is derived from its fields, and the command-line parser, the
@@ -24,6 +24,7 @@ from app.config.http import HttpSettings
 from app.config.logs import LogSettings
 from app.config.model import ModelSettings
 from app.config.options import Option, SettingsError, convert, scaled
+from app.config.router import RouterSettings
 from app.config.sampling import SamplingSettings
 from app.config.serving import ServingSettings
 from app.config.upstream_flags import extensions, treatment, unimplemented
@@ -32,14 +33,14 @@ from app.host.cpus import usable_cpus
 
 # The sections, in the order --help lists them (a dataclass takes its bases' fields last base first).
 SECTIONS = (ModelSettings, ComputeSettings, ServingSettings, SamplingSettings, ChatSettings, HttpSettings,
-            VertexSettings, LogSettings)
+            VertexSettings, RouterSettings, LogSettings)
 
 __all__ = ["OPTIONS", "Option", "Settings", "SettingsError", "build_parser", "parse_settings"]
 
 
 @dataclass(frozen=True)
-class Settings(LogSettings, VertexSettings, HttpSettings, ChatSettings, SamplingSettings, ServingSettings,
-               ComputeSettings, ModelSettings):
+class Settings(LogSettings, RouterSettings, VertexSettings, HttpSettings, ChatSettings, SamplingSettings,
+               ServingSettings, ComputeSettings, ModelSettings):
     """Every section's options in one value. Build with :func:`parse_settings`."""
 
     # Not an option: the start-up warnings for llama-server flags given that have no effect here.

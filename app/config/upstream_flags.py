@@ -64,7 +64,6 @@ ONE_DEVICE = _warn("device lists and per-tensor placement are not passed to llam
 RESULTS = "not implemented here, and ignoring it would change the model's output"
 NO_HUB = _refuse("no model downloads from plain URLs or Docker here: give a path or a gs:// URI with --model, or "
                  "--hf-repo")
-ROUTER = _refuse("this container serves one model; run one container (one Vertex AI deployment) per model")
 TOOLS = _refuse("server-side tools and MCP are not implemented here; give tools in the request (tool calling)")
 
 TREATMENTS: dict[str, Treatment] = {
@@ -104,7 +103,6 @@ TREATMENTS: dict[str, Treatment] = {
                                                                                      "start-up log names the device"),
     "--cache-list": _refuse("there is no Hugging Face cache here"),
     "--model-url": NO_HUB, "--mmproj-url": NO_HUB, "--docker-repo": NO_HUB,
-    "--models-dir": ROUTER, "--models-max": ROUTER, "--models-preset": ROUTER, "--models-autoload": ROUTER,
     "--agent": TOOLS, "--tools": TOOLS, "--tools-runtime": TOOLS, "--mcp-servers-config": TOOLS,
     "--mcp-servers-json": TOOLS,
     "--lookup-cache-static": _warn("n-gram cache files are for --spec-type ngram-cache, not implemented here"),

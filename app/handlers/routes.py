@@ -141,6 +141,12 @@ ROUTES: tuple[RouteSpec, ...] = (
 )
 
 
+def _route(spec: RouteSpec, handler: Handler) -> Route:
+    doc = spec.handler.__doc__
+    return Route(spec.method, spec.path, spec.handler.__name__, handler, spec.public, spec.body, spec.streams,
+                 doc.strip().splitlines()[0] if doc else "", spec.polled, spec.form, spec.replays)
+
+
 def bind_routes(ctx: ServerContext, specs: Iterable[RouteSpec] = ROUTES) -> tuple[Route, ...]:
     def bound(spec: RouteSpec) -> Handler:
         def call(request: ApiRequest) -> ApiReply:
@@ -151,9 +157,12 @@ def bind_routes(ctx: ServerContext, specs: Iterable[RouteSpec] = ROUTES) -> tupl
         call.__name__ = spec.handler.__name__
         return guard(call)
 
-    return tuple(
-        Route(spec.method, spec.path, spec.handler.__name__, bound(spec), spec.public, spec.body, spec.streams,
-              (spec.handler.__doc__ or "").strip().splitlines()[0] if spec.handler.__doc__ else "", spec.polled,
-              spec.form, spec.replays)
-        for spec in specs
-    )
+    return tuple(_route(spec, bound(spec)) for spec in specs)
+
+
+def route_template(specs: Iterable[RouteSpec] = ROUTES) -> tuple[Route, ...]:
+    """The table with no model behind it, for a server that fills every handler itself (the router)."""
+    def unserved(request: ApiRequest) -> ApiReply:
+        raise NotSupportedError(f"{request.method} {request.path} is not served here")
+
+    return tuple(_route(spec, unserved) for spec in specs)

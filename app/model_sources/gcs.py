@@ -285,3 +285,21 @@ def fetch_model(uri: str, cache_dir: Path | None = None, client: storage.Client 
             client.close()
     first: Path = paths[0]
     return first
+
+
+def list_objects(uri: GcsUri, prefix: str) -> list[str]:
+    """The names of the objects under ``prefix`` in ``uri``'s bucket (the router's --models-dir scan)."""
+    from google.api_core import exceptions as gexc
+    from google.cloud import storage
+
+    client = storage.Client()
+    try:
+        return [blob.name for blob in _list(client, uri, prefix)]
+    except gexc.GoogleAPIError as exc:
+        raise ModelDownloadError(f"{uri}: {exc}") from None
+    except ModelDownloadError:
+        raise
+    except Exception as exc:  # credentials, network
+        raise ModelDownloadError(f"{uri}: {type(exc).__name__}: {exc}") from None
+    finally:
+        client.close()

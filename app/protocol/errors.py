@@ -66,6 +66,10 @@ class UnavailableError(ApiError):
     pass
 
 
+class ServerError(ApiError):
+    """The server could not do what was asked (a router's model that failed to load, a child that went away)."""
+
+
 ERROR_TABLE: dict[type[BaseException], tuple[int, str]] = {
     InvalidRequestError: (400, "invalid_request_error"),
     AuthenticationError: (401, "authentication_error"),
@@ -76,6 +80,7 @@ ERROR_TABLE: dict[type[BaseException], tuple[int, str]] = {
     PayloadTooLargeError: (413, "invalid_request_error"),
     NotSupportedError: (501, "not_supported_error"),
     UnavailableError: (503, "unavailable_error"),
+    ServerError: (500, "server_error"),
     engine_errors.ContextExceededError: (400, "exceed_context_size_error"),
     engine_errors.InvalidJobError: (400, "invalid_request_error"),
     engine_errors.UnsupportedError: (501, "not_supported_error"),

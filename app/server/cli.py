@@ -112,6 +112,10 @@ def prepare(argv: Sequence[str], environ: Mapping[str, str]) -> tuple[Settings, 
         settings = dataclasses.replace(settings, metrics=True)  # Vertex AI's scraper and autoscaling read them
     if settings.hf_repo is not None:
         return settings, hub_source(settings.hf_repo), vertex, listen_port(settings, vertex)  # the worker fetches it
+    if settings.model is None and vertex is not None and vertex.storage_uri and not settings.is_router:
+        settings = router_for_storage(settings, vertex.storage_uri)
+    if settings.is_router:
+        return settings, "", vertex, listen_port(settings, vertex)  # the worker starts a child per model
     source = settings.model or (vertex.storage_uri if vertex is not None else None)
     if source is None and vertex is not None and vertex.on_platform:
         log.error("no model: this is a Vertex AI deployment and AIP_STORAGE_URI is empty (the Model was uploaded "
@@ -133,9 +137,26 @@ def prepare(argv: Sequence[str], environ: Mapping[str, str]) -> tuple[Settings, 
     return settings, model_path, vertex, listen_port(settings, vertex)
 
 
-def main(argv: Sequence[str] | None = None) -> None:
+def router_for_storage(settings: Settings, storage_uri: str) -> Settings:
+    """On Vertex AI, an ``AIP_STORAGE_URI`` that holds several models starts a router over them (one model
+    starts an instance, as ever)."""
+    from app.router.catalog import CatalogError, scan_models_dir
+
     try:
-        settings, model_path, vertex, port = prepare(sys.argv[1:] if argv is None else argv, os.environ)
+        models = scan_models_dir(storage_uri)
+    except CatalogError:
+        return settings  # a single file, or a folder the instance's own checks report on
+    if len(models) < 2:
+        return settings
+    log.info("AIP_STORAGE_URI %s holds %d models (%s): serving them as a router", storage_uri, len(models),
+             ", ".join(models))
+    return dataclasses.replace(settings, models_dir=storage_uri)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    arguments = sys.argv[1:] if argv is None else argv
+    try:
+        settings, model_path, vertex, port = prepare(arguments, os.environ)
     except SettingsError:
         sys.exit(2)
     # libgomp reads its environment when llama_cpp is first imported: in the worker, which inherits it
@@ -143,16 +164,20 @@ def main(argv: Sequence[str] | None = None) -> None:
     from app.server.gunicorn_server import ContainerServer
 
     scheme = "https" if settings.ssl_cert_file else "http"
-    log.info("serving %s on %s (%s slots)", model_path, ", ".join(
-        f"unix://{host}" if host.endswith(".sock") else f"{scheme}://{bind_address(host, port)}"
-        for host in settings.listen_hosts), settings.slot_count)
+    addresses = ", ".join(f"unix://{host}" if host.endswith(".sock") else f"{scheme}://{bind_address(host, port)}"
+                          for host in settings.listen_hosts)
+    if settings.is_router:
+        log.info("serving as a router on %s: the models of %s", addresses,
+                 " and ".join(filter(None, (settings.models_dir, settings.models_preset))))
+    else:
+        log.info("serving %s on %s (%s slots)", model_path, addresses, settings.slot_count)
     log.info("settings: %s", json.dumps(public_settings(settings), sort_keys=True))
     openmp = describe(os.environ)
     if openmp:
         log.info("llama.cpp's OpenMP threads: %s", openmp)
     json_lines = log_options(settings, os.environ).json_lines
     ContainerServer(settings, model_path, vertex, gunicorn_options(settings, port, json_lines),
-                    requested_crash(os.environ)).run()
+                    requested_crash(os.environ), arguments).run()
 
 
 def requested_crash(environ: Mapping[str, str]) -> Crash | None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import faulthandler
 import logging
+import os
 import select
 import selectors
 import shutil
@@ -14,6 +15,7 @@ import ssl
 import tempfile
 import threading
 import time
+from collections.abc import Sequence
 from concurrent import futures
 from functools import partial
 from pathlib import Path
@@ -32,6 +34,7 @@ from app.vertex.environment import VertexEnvironment
 
 if TYPE_CHECKING:  # the worker imports them (load): the master never loads llama.cpp or the engine
     from app.server.fault_injection import Crash
+    from app.server.router_wiring import RouterApplication
     from app.server.wiring import Application
 
 log = logging.getLogger("app")
@@ -217,10 +220,9 @@ class WholeResponseWorker(ThreadWorker):  # type: ignore[misc]
         return keep_alive and not asked_to_close
 
 
-def health_paths(application: Application) -> frozenset[bytes]:
+def health_paths(application: Application | RouterApplication) -> frozenset[bytes]:
     """Every served path of the health handler (``/health``, ``/v1/health``, ``AIP_HEALTH_ROUTE``)."""
-    prefix = application.context.settings.route_prefix
-    return frozenset((prefix + route.path).encode() for route in application.context.routes
+    return frozenset((application.route_prefix + route.path).encode() for route in application.routes
                      if route.name == "get_health")
 
 
@@ -241,14 +243,15 @@ def set_up_llama_cpp_early(verbose: bool) -> None:
 class ContainerServer(BaseApplication):  # type: ignore[misc]
     def __init__(
         self, settings: Settings, model_path: str, vertex: VertexEnvironment | None, options: dict[str, Any],
-        crash: Crash | None = None,
+        crash: Crash | None = None, argv: Sequence[str] = (),
     ) -> None:
         self._settings = settings
+        self._argv = tuple(argv)  # the command line, which a router's children start with
         self._model_path = model_path
         self._vertex = vertex
         self._options = options
         self._crash = crash  # test-only (app/server/fault_injection.py)
-        self._application: Application | None = None
+        self._application: Application | RouterApplication | None = None
         # Made in the master before the fork, so that the worker and the master share them.
         self._phase = WorkerPhase()
         self._crash_dir = Path(tempfile.mkdtemp(prefix="vertex-llama-crashes-"))
@@ -269,6 +272,14 @@ class ContainerServer(BaseApplication):  # type: ignore[misc]
         self.cfg.set("on_exit", self._on_exit)
 
     def load(self) -> Any:
+        if self._settings.is_router:
+            from app.server.router_wiring import build_router_application
+            from app.server.wiring import exit_on_load_failure
+
+            self._application = build_router_application(self._settings, self._argv, os.environ, self._vertex,
+                                                          exit_on_load_failure)
+            self._phase.set(Phase.SERVING)
+            return self._application.flask
         threading.Thread(target=set_up_llama_cpp_early, args=(self._settings.debug_logs,), name="llama-set-up",
                          daemon=True).start()
         from app.engine.llama import LlamaBackend

@@ -32,6 +32,7 @@ if TYPE_CHECKING:  # the HTTP side is imported by build_application, while the m
     from flask import Flask
 
     from app.handlers.context import ServerContext
+    from app.protocol.api import Route
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +46,14 @@ class Application:
     flask: Flask
     context: ServerContext
     draining: threading.Event
+
+    @property
+    def routes(self) -> tuple[Route, ...]:
+        return self.context.routes
+
+    @property
+    def route_prefix(self) -> str:
+        return self.context.settings.route_prefix
 
     def drain(self) -> None:
         """From now on new requests get 503: the server is shutting down."""

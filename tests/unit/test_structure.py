@@ -62,7 +62,7 @@ FLOORS: dict[str, int] = {
     "app.host": 0, "app.engine": 0, "app.ui": 0,
     "app.model_sources": 1, "app.protocol": 1,
     "app.templating": 2, "app.config": 2,
-    "app.handlers": 3, "app.vertex": 3,
+    "app.handlers": 3, "app.vertex": 3, "app.router": 3,
     "app.http": 4,
     "app.server": 5,
 }
@@ -99,10 +99,17 @@ def test_the_engine_and_the_host_know_no_web_framework_and_nothing_above_them() 
                 assert not name.startswith("app.") or name.startswith(package.replace("/", ".")), (path, name)
 
 
+def test_the_router_never_imports_the_engine_or_the_handlers() -> None:
+    """The router loads no model: its children do (docs/ARCHITECTURE.md, Layers)."""
+    for path in modules("app/router"):
+        for name in imports_of(path):
+            assert not name.startswith(("app.engine", "app.handlers", "llama_cpp")), (path, name)
+
+
 def test_only_the_http_layer_imports_flask() -> None:
     for package in ("app", "gcp"):
         for path in modules(package):
-            if "app/http" in path.as_posix() or path.name == "wiring.py":
+            if "app/http" in path.as_posix() or path.name in ("wiring.py", "router_wiring.py"):
                 continue
             for name in imports_of(path):
                 assert not name.startswith(("flask", "werkzeug")), (path, name)

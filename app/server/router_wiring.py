@@ -1,0 +1,106 @@
+"""Builds the router in the worker process (``--models-dir`` / ``--models-preset``): its models, the
+children's command line, the route table refilled with proxies, Vertex AI's routes over it, the Flask app.
+No model is loaded here, and the engine is never started."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import logging
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import nullcontext
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from app.config.settings import Settings
+from app.protocol.api import Route
+from app.router.arguments import without_reserved
+from app.router.catalog import CatalogError, ModelEntry, load_catalog
+from app.router.children import Launch, Spawner
+from app.router.models import RouterModels
+from app.router.routes import Router, router_routes
+from app.vertex.environment import VertexEnvironment, VertexEnvironmentError
+
+if TYPE_CHECKING:
+    from flask import Flask
+
+log = logging.getLogger(__name__)
+
+PREDICT_WORKERS = 128
+
+
+@dataclass
+class RouterApplication:
+    flask: Flask
+    routes: tuple[Route, ...]
+    route_prefix: str
+    models: RouterModels
+    draining: threading.Event
+
+    def drain(self) -> None:
+        self.draining.set()
+
+    def shutdown(self) -> None:
+        """Every child drains and stops (SIGTERM; SIGKILL after its stop-timeout)."""
+        self.models.stop_all()
+
+
+def startup_models(catalog: Mapping[str, ModelEntry], models_max: int, on_vertex: bool) -> list[str]:
+    """The models loaded at start: those marked ``load-on-startup``. On Vertex AI, where a replica gets
+    traffic only once it is healthy, a router with none marked loads the first ``--models-max`` models
+    by name (all of them with 0), so that it becomes healthy with models to serve."""
+    marked = [name for name, entry in catalog.items() if entry.load_on_startup]
+    if marked or not on_vertex:
+        return marked[:models_max] if models_max > 0 else marked
+    names = sorted(catalog)
+    return names[:models_max] if models_max > 0 else names
+
+
+def _build_info() -> str:
+    try:
+        return f"vertex-llama {importlib.metadata.version('vertex-llama')}"
+    except importlib.metadata.PackageNotFoundError:
+        return "vertex-llama"
+
+
+def build_router_application(settings: Settings, argv: Sequence[str], environ: Mapping[str, str],
+                             vertex: VertexEnvironment | None,
+                             on_load_failure: Callable[[BaseException], None]) -> RouterApplication:
+    from app.handlers.routes import route_template
+    from app.http import CorsPolicy, StaticSite, create_app
+    from app.vertex.predict import vertex_routes
+
+    def scan() -> dict[str, ModelEntry]:
+        return load_catalog(settings.models_dir, settings.models_preset)
+
+    try:
+        catalog = scan()
+    except CatalogError as exc:
+        log.error("%s", exc)
+        on_load_failure(exc)
+        raise
+    log.info("router: %d model(s): %s", len(catalog), ", ".join(catalog) or "none")
+    launch = Launch(without_reserved(argv), environ, ("--metrics",) if settings.metrics else (),
+                    read_timeout=float(settings.timeout) if settings.timeout else None)
+    models = RouterModels(catalog, Spawner(launch), settings.models_max)
+    router = Router(models, settings.models_max, settings.models_autoload, vertex is not None, scan, _build_info())
+    routes = router_routes(route_template(), router)
+    if vertex is not None:
+        pool = ThreadPoolExecutor(max_workers=PREDICT_WORKERS, thread_name_prefix="predict")
+        try:
+            routes = vertex_routes(routes, vertex, pool, settings.predict_default_route, nullcontext,
+                                   settings.max_response_bytes, settings.predict_slots)
+        except VertexEnvironmentError as exc:
+            log.error("%s", exc)
+            on_load_failure(exc)
+            raise
+    draining = threading.Event()
+    site = StaticSite.from_directory(Path(settings.ui_directory)) if settings.ui_directory else None
+    flask = create_app(routes, lambda: True, settings.all_api_keys(), settings.route_prefix,
+                       max_body_bytes=settings.max_body_bytes, is_draining=draining.is_set,
+                       cors=CorsPolicy.from_settings(settings), site=site)
+    for name in startup_models(catalog, settings.models_max, vertex is not None):
+        models.load(name)
+    return RouterApplication(flask, routes, settings.route_prefix, models, draining)
