@@ -162,6 +162,7 @@ def preset_entries(path: str, known: Mapping[str, ModelEntry]) -> dict[str, Mode
     """The preset's models: a section named after a known model sets its options; any other section
     names its model with ``model`` (or ``hf-repo``). ``[*]`` applies to every model, known ones too."""
     global_options, sections = read_preset(path)
+    _merged(global_options, {}, "[*]")  # checked even where no model takes it
     entries = {name: _entry(name, _merged(global_options, {}, f"[{name}]"), entry, "models_dir")
                for name, entry in known.items()}
     for name, own in sections.items():

@@ -196,3 +196,23 @@ def test_the_download_needs_only_object_reads_and_a_cached_model_is_not_read_aga
     finally:
         client.close()
         session.close()
+
+
+def test_a_router_over_a_bucket_prefix_serves_each_of_its_models(tmp_path: Path, emulator: str) -> None:
+    """--models-dir gs://: a model per folder of the prefix, each child downloading its own files."""
+    from app.router.catalog import load_catalog
+
+    catalog = load_catalog("gs://models/", None)
+    assert {"smol", "split", "vlm"} <= set(catalog) and "empty" not in catalog
+    assert catalog["vlm"].model_argv == ("--model", "gs://models/vlm/model.gguf",
+                                         "--mmproj", "gs://models/vlm/mmproj-test.gguf")
+    assert catalog["split"].path == "gs://models/split/smol-00001-of-00002.gguf"
+    server = serve(tmp_path, emulator, ["--models-dir", "gs://models/", "-t", "1"])
+    try:
+        reply = requests.post(server.url("/v1/chat/completions"), timeout=120, json={
+            "model": "split", "max_tokens": 3, "messages": [{"role": "user", "content": "Hi"}]})
+        assert reply.status_code == 200, reply.text
+        assert reply.json()["model"] == "split" and reply.json()["usage"]["completion_tokens"] > 0
+        assert (tmp_path / "cache" / "models" / "split" / "smol-00002-of-00002.gguf").is_file()
+    finally:
+        assert server.stop() == 0, server.log()

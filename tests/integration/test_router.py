@@ -213,6 +213,21 @@ def test_load_and_unload_routes_and_the_states_they_leave(router: Server) -> Non
     assert unknown.status_code == 404 and unknown.json()["error"]["type"] == "not_found_error"
 
 
+def test_a_client_that_leaves_a_stream_cancels_the_childs_generation(router: Server) -> None:
+    def busy_slots() -> int:
+        slots = requests.get(router.url("/slots"), params={"model": "chat-b"}, headers=AUTH, timeout=30).json()
+        return sum(1 for slot in slots if slot["is_processing"])
+
+    assert chat(router, "chat-b").status_code == 200
+    reply = requests.post(router.url("/v1/chat/completions"), headers=AUTH, stream=True, timeout=WAIT_SECONDS, json={
+        "model": "chat-b", "stream": True, "max_tokens": 2000, "ignore_eos": True,
+        "messages": [{"role": "user", "content": "Write a long story"}]})
+    next(line for line in reply.iter_lines() if line.startswith(b"data: "))
+    assert busy_slots() == 1
+    reply.close()
+    wait_for(lambda: busy_slots() == 0, "the child to cancel the abandoned generation", seconds=30)
+
+
 def test_a_child_killed_mid_stream_is_reported_and_loaded_again(router: Server) -> None:
     assert chat(router, "chat-a").status_code == 200
     reply = requests.post(router.url("/v1/chat/completions"), headers=AUTH, stream=True, timeout=WAIT_SECONDS, json={
@@ -238,14 +253,18 @@ def test_a_child_killed_mid_stream_is_reported_and_loaded_again(router: Server) 
 
 def test_models_max_one_unloads_the_least_recently_used(tmp_path: Path) -> None:
     server = start(tmp_path, ["--models-dir", str(models_folder(tmp_path)), "-t", "1", "-np", "1", "-c", "1024",
-                              "--models-max", "1"])
+                              "--models-max", "1", "--sleep-idle-seconds", "1"])
     try:
         assert chat(server, "chat-a").status_code == 200
         assert chat(server, "chat-b").status_code == 200
         models = {name: model["status"] for name, model in listed(server).items()}
-        assert models["chat-b"]["value"] == "loaded"
+        assert models["chat-b"]["value"] in ("loaded", "sleeping")
         assert models["chat-a"]["value"] == "unloaded" and "failed" not in models["chat-a"]
         assert child_processes("chat-a", tmp_path) == [] and len(child_processes("chat-b", tmp_path)) == 2
+        # --sleep-idle-seconds reaches the child: its model is freed, the child stays
+        wait_for(lambda: status_of(server, "chat-b")["value"] == "sleeping", "chat-b to sleep", seconds=30)
+        assert len(child_processes("chat-b", tmp_path)) == 2
+        assert chat(server, "chat-b").status_code == 200  # wakes it
     finally:
         assert server.stop() == 0, server.log()
 
