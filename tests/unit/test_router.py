@@ -163,6 +163,10 @@ def models(*names: str, models_max: int = 0, stop_timeout: float = 10.0) -> tupl
     return RouterModels(catalog, cast(Spawner, spawner), models_max), spawner
 
 
+def signals_of(spawner: FakeSpawner, name: str) -> list[int]:
+    return cast(FakeProcess, spawner.children[name].process).signals
+
+
 def never() -> bool:
     return False
 
@@ -191,7 +195,7 @@ def test_a_request_loads_its_model_and_models_max_unloads_the_least_recently_use
     router.release("c")
     assert [status(router, name) for name in ("a", "b", "c")] == ["loaded", "unloaded", "loaded"]
     b = router.state("b")
-    assert b is not None and not b.failed and spawner.children["b"].process.signals == [signal.SIGTERM]
+    assert b is not None and not b.failed and signals_of(spawner, "b") == [signal.SIGTERM]
 
 
 def test_a_model_serving_a_request_is_never_the_one_unloaded() -> None:
@@ -211,12 +215,12 @@ def test_an_unload_waits_for_the_models_requests() -> None:
     router.acquire("a", True, never)
     router.unload("a")
     time.sleep(0.3)
-    assert spawner.children["a"].process.signals == []  # still serving
+    assert signals_of(spawner, "a") == []  # still serving
     with pytest.raises(InvalidRequestError, match="model is not running"):
         router.unload("a")
     router.release("a")
     wait_for(lambda: status(router, "a") == "unloaded")
-    assert spawner.children["a"].process.signals == [signal.SIGTERM]
+    assert signals_of(spawner, "a") == [signal.SIGTERM]
 
 
 def test_an_unload_ends_the_child_after_its_stop_timeout() -> None:
@@ -224,7 +228,7 @@ def test_an_unload_ends_the_child_after_its_stop_timeout() -> None:
     router.acquire("a", True, never)
     router.unload("a")
     wait_for(lambda: status(router, "a") == "unloaded")
-    assert spawner.children["a"].process.signals == [signal.SIGKILL]
+    assert signals_of(spawner, "a") == [signal.SIGKILL]
     state = router.state("a")
     assert state is not None and not state.failed  # asked for
 
