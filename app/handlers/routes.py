@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import cast
 
 from pydantic import BaseModel
 
@@ -86,6 +87,7 @@ class RouteSpec:
     polled: bool = False  # what llama-server leaves out of its request log: health, models, props, metrics
     form: bool = False  # a form upload (multipart, or URL-encoded fields); other routes read JSON whatever the type
     replays: bool = False  # streams a resumable session back; its X-Conversation-Id names that session
+    local: bool = False  # needs no model (its handler never reads the context): a router answers it itself
 
 
 ROUTES: tuple[RouteSpec, ...] = (
@@ -136,15 +138,15 @@ ROUTES: tuple[RouteSpec, ...] = (
     RouteSpec("GET", "/slots", get_slots, requires=SLOTS),
     RouteSpec("POST", "/slots/:id_slot", post_slot_action, body=SlotFileBody, requires=SLOT_FILES),
     RouteSpec("GET", "/openapi.json", get_openapi, public=True),
-    RouteSpec("GET", "/cors-proxy", get_cors_proxy),
-    RouteSpec("POST", "/cors-proxy", post_cors_proxy),
+    RouteSpec("GET", "/cors-proxy", get_cors_proxy, local=True),
+    RouteSpec("POST", "/cors-proxy", post_cors_proxy, local=True),
 )
 
 
 def _route(spec: RouteSpec, handler: Handler) -> Route:
     doc = spec.handler.__doc__
     return Route(spec.method, spec.path, spec.handler.__name__, handler, spec.public, spec.body, spec.streams,
-                 doc.strip().splitlines()[0] if doc else "", spec.polled, spec.form, spec.replays)
+                 doc.strip().splitlines()[0] if doc else "", spec.polled, spec.form, spec.replays, spec.local)
 
 
 def bind_routes(ctx: ServerContext, specs: Iterable[RouteSpec] = ROUTES) -> tuple[Route, ...]:
@@ -161,8 +163,16 @@ def bind_routes(ctx: ServerContext, specs: Iterable[RouteSpec] = ROUTES) -> tupl
 
 
 def route_template(specs: Iterable[RouteSpec] = ROUTES) -> tuple[Route, ...]:
-    """The table with no model behind it, for a server that fills every handler itself (the router)."""
+    """The table with no model behind it, for a server that fills the handlers itself (the router): a
+    ``local`` route keeps its own handler (it reads no context), every other is left for it to fill."""
     def unserved(request: ApiRequest) -> ApiReply:
         raise NotSupportedError(f"{request.method} {request.path} is not served here")
 
-    return tuple(_route(spec, unserved) for spec in specs)
+    def local(spec: RouteSpec) -> Handler:
+        def call(request: ApiRequest) -> ApiReply:
+            return spec.handler(cast(ServerContext, None), request)
+
+        call.__name__ = spec.handler.__name__
+        return guard(call)
+
+    return tuple(_route(spec, local(spec) if spec.local else unserved) for spec in specs)

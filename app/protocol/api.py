@@ -157,3 +157,4 @@ class Route:
     polled: bool = False  # asked for over and over (health checks, model lists): a success is logged at debug
     form: bool = False  # takes a form (multipart or URL-encoded); every other route reads its body as JSON
     replays: bool = False  # streams a session back (GET /v1/stream): never starts one of its own
+    local: bool = False  # answered by the server itself with no model behind it: a router keeps its handler

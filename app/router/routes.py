@@ -13,6 +13,7 @@ from typing import Any
 
 from app.protocol.api import ApiReply, ApiRequest, Handler, Route, guard
 from app.protocol.errors import InvalidRequestError, NotFoundError, UnavailableError
+from app.protocol.openapi import openapi_document
 from app.protocol.stream_sessions import HEADER as CONVERSATION_HEADER
 from app.router.catalog import ModelEntry
 from app.router.models import ModelState, RouterModels
@@ -76,7 +77,7 @@ class Router:
     """The handlers of the router's routes, over its models."""
 
     def __init__(self, models: RouterModels, models_max: int, autoload_default: bool, on_vertex: bool,
-                 rescan: Callable[[], dict[str, ModelEntry]], build_info: str) -> None:
+                 rescan: Callable[[], dict[str, ModelEntry]], build_info: str, route_prefix: str = "") -> None:
         self.models = models
         self._max = models_max
         self._autoload = autoload_default
@@ -84,6 +85,8 @@ class Router:
         self._rescan = rescan
         self._build_info = build_info
         self.conversations = Conversations()
+        self.routes: tuple[Route, ...] = ()  # the whole table, once built (for /openapi.json)
+        self._prefix = route_prefix
 
     # ---- forwarding ----------------------------------------------------------------------------
 
@@ -148,6 +151,9 @@ class Router:
             "cors_proxy_enabled": False,
         })
 
+    def openapi(self, request: ApiRequest) -> ApiReply:
+        return ApiReply(body=openapi_document(self.routes, self._prefix))
+
     def list_models(self, request: ApiRequest) -> ApiReply:
         if request.params.get("reload"):
             self.models.replace_catalog(self._rescan())
@@ -199,7 +205,8 @@ def model_info(state: ModelState, now: int) -> dict[str, Any]:
 def router_routes(template: Sequence[Route], router: Router) -> tuple[Route, ...]:
     """``template`` (llama-server's table) with each route's handler replaced, plus the router's own."""
     own_get: dict[str, Handler] = {"/health": router.health, "/v1/health": router.health, "/props": router.props,
-                                   "/models": router.list_models, "/v1/models": router.list_models}
+                                   "/models": router.list_models, "/v1/models": router.list_models,
+                                   "/openapi.json": router.openapi}
 
     def handler_for(route: Route) -> Handler:
         if route.method == "GET" and route.path in own_get:
@@ -208,7 +215,8 @@ def router_routes(template: Sequence[Route], router: Router) -> tuple[Route, ...
             return router.proxy_stream
         return router.proxy_post if route.method == "POST" else router.proxy_get
 
-    routes = [dataclasses.replace(route, handler=guard(handler_for(route))) for route in template]
+    routes = [route if route.local else dataclasses.replace(route, handler=guard(handler_for(route)))
+              for route in template]
     routes += [
         Route("POST", "/models/load", "post_router_models_load", guard(router.load), summary="load a model"),
         Route("POST", "/models/unload", "post_router_models_unload", guard(router.unload),

@@ -85,7 +85,8 @@ def build_router_application(settings: Settings, argv: Sequence[str], environ: M
     launch = Launch(without_reserved(argv), environ, ("--metrics",) if settings.metrics else (),
                     read_timeout=float(settings.timeout) if settings.timeout else None)
     models = RouterModels(catalog, Spawner(launch), settings.models_max)
-    router = Router(models, settings.models_max, settings.models_autoload, vertex is not None, scan, _build_info())
+    router = Router(models, settings.models_max, settings.models_autoload, vertex is not None, scan, _build_info(),
+                    settings.route_prefix)
     routes = router_routes(route_template(), router)
     if vertex is not None:
         pool = ThreadPoolExecutor(max_workers=PREDICT_WORKERS, thread_name_prefix="predict")
@@ -96,6 +97,7 @@ def build_router_application(settings: Settings, argv: Sequence[str], environ: M
             log.error("%s", exc)
             on_load_failure(exc)
             raise
+    router.routes = routes
     draining = threading.Event()
     site = StaticSite.from_directory(Path(settings.ui_directory)) if settings.ui_directory else None
     flask = create_app(routes, lambda: True, settings.all_api_keys(), settings.route_prefix,

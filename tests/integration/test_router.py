@@ -296,3 +296,10 @@ def test_vertex_predict_fans_instances_out_to_their_models(tmp_path: Path) -> No
         assert [p["model"] for p in both.json()["predictions"]] == ["chat-b", "chat-a"]
     finally:
         assert server.stop() == 0, server.log()
+
+
+def test_what_a_router_answers_itself_needs_no_model(router: Server) -> None:
+    document = requests.get(router.url("/openapi.json"), timeout=10).json()
+    assert {"/v1/chat/completions", "/models/load", "/models/unload"} <= set(document["paths"])
+    proxy = requests.get(router.url("/cors-proxy"), headers=AUTH, timeout=10)
+    assert proxy.status_code == 403 and proxy.json()["error"]["type"] == "permission_error"

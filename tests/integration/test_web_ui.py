@@ -29,6 +29,7 @@ from playwright.sync_api import (
     sync_playwright,
 )
 
+from app.model_sources.files import embedded_model_path
 from tests.integration.conftest import ROOT, Server, launch, model_in_storage, start
 from tests.projectors import make_vision_projector
 
@@ -386,3 +387,36 @@ def test_the_key_prompt(keyed_ui_server: Server, page: Page, console: Console) -
     # only the two refused /props requests reached the console
     assert all("401" in error for error in console.errors), console.errors
     assert len(console.errors) == 2
+
+
+def test_on_a_router_the_page_picks_a_model_and_chats_with_it(tmp_path: Path, page: Page, console: Console) -> None:
+    """--models-dir: a model picker; the chosen model is loaded, named in each request, and the server view
+    shows its own slots and metrics."""
+    folder = tmp_path / "models"
+    folder.mkdir()
+    for name in ("alpha", "beta"):
+        (folder / f"{name}.gguf").symlink_to(embedded_model_path())
+    server = start(tmp_path, ["--models-dir", str(folder), "-t", "1", "-np", "2", "-c", "1024", "--metrics"])
+    try:
+        open_ui(page, server)
+        picker = page.locator("#model-picker")
+        expect(picker).to_be_visible()
+        assert picker.locator("option").all_inner_texts() == ["alpha", "beta"]
+        picker.select_option("beta")
+        expect(page.locator("#status")).to_have_text("")
+        with page.expect_request("**/v1/chat/completions") as sent:
+            send_chat(page, "Say hi")
+        assert json.loads(sent.value.post_data or "{}")["model"] == "beta"
+        expect(page.locator(".message.assistant").last.locator(".stats")).to_contain_text("tokens/s")
+        models = {m["id"]: m["status"]["value"] for m in requests.get(server.url("/models"), timeout=10).json()["data"]}
+        assert models["beta"] == "loaded"
+        page.locator("#tab-server").click()
+        expect(page.locator("#props")).to_contain_text("beta")
+        expect(page.locator("#slots tbody tr")).to_have_count(2)
+        expect(page.locator("#metrics")).to_contain_text("Requests waiting")
+        page.reload()  # the choice is kept
+        expect(page.locator("body[data-ready=true]")).to_have_count(1)
+        expect(page.locator("#model-picker")).to_have_value("beta")
+        assert console.errors == []
+    finally:
+        assert server.stop() == 0, server.log()

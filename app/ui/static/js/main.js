@@ -3,7 +3,7 @@
 
 import { apiFetch, apiJson, ApiError, onKeyNeeded, setApiKey, apiKey } from "./api.js";
 import { ChatView } from "./chat.js";
-import { byId, showStatus } from "./dom.js";
+import { byId, el, showStatus } from "./dom.js";
 import { ServerView } from "./server.js";
 import { VertexConsole } from "./vertex.js";
 
@@ -109,11 +109,11 @@ async function waitUntilHealthy() {
   }
 }
 
-/** /props, asking for the API key for as long as the server refuses it. */
-async function loadProps() {
+/** /props (of one model of a router, with ``model``), asking for the API key for as long as the server refuses it. */
+async function loadProps(model = "") {
   for (;;) {
     try {
-      return await apiJson("/props");
+      return await apiJson(model ? `/props?model=${encodeURIComponent(model)}` : "/props");
     } catch (error) {
       if (!(error instanceof ApiError) || error.status !== 401) {
         throw error;
@@ -125,21 +125,58 @@ async function loadProps() {
   }
 }
 
+// ---- a router's models (llama-server's router mode: every request names its model) ----
+
+const MODEL_KEY = "vertex-llama.router-model";
+let routed = false;
+let aliases = null;
+
+/** Configure the views for ``model``; on a router, its /props first (which loads the model). */
+async function useModel(model, props) {
+  if (routed) {
+    showStatus(`Loading ${model}… (a router starts a model on its first request)`);
+    props = await loadProps(model);
+    localStorage.setItem(MODEL_KEY, model);
+    showStatus("");
+  }
+  chat.configure(model, props);
+  server.configure(props, model, routed);
+  if (aliases) {
+    vertex.configure(aliases, model, routed);
+  }
+}
+
+function showPicker(ids, chosen) {
+  const picker = byId("model-picker");
+  picker.replaceChildren(...ids.map((id) => el("option", { value: id, text: id })));
+  picker.value = chosen;
+  picker.hidden = false;
+  byId("model-name").hidden = true;
+  picker.addEventListener("change", () => {
+    useModel(picker.value, null).catch((error) => showStatus(`Cannot use ${picker.value}: ${error.message}`, true));
+  });
+}
+
 async function boot() {
   await waitUntilHealthy();
   const [models, openapi] = await Promise.all([apiJson("/v1/models"), apiJson("/openapi.json")]);
-  const model = (models.data && models.data[0] && models.data[0].id) || "";
+  const ids = (models.data || []).map((entry) => entry.id);
+  let model = ids[0] || "";
   byId("model-name").textContent = model;
   const props = await loadProps();
-  showStatus("");
-  booted = true;
-  chat.configure(model, props);
-  server.configure(props, model);
-  const hasConsole = Object.keys(openapi.paths || {}).some((path) => path.endsWith(ALIASES_PATH));
-  if (hasConsole) {
-    vertex.configure(await apiJson(ALIASES_PATH), model);
+  routed = props.role === "router";
+  if (routed) {
+    const saved = localStorage.getItem(MODEL_KEY);
+    model = ids.includes(saved) ? saved : model;
+    showPicker(ids, model);
+  }
+  if (Object.keys(openapi.paths || {}).some((path) => path.endsWith(ALIASES_PATH))) {
+    aliases = await apiJson(ALIASES_PATH);
     byId("tab-vertex").hidden = false;
   }
+  await useModel(model, props);
+  showStatus("");
+  booted = true;
   document.body.dataset.ready = "true";
 }
 

@@ -23,13 +23,18 @@ export function parseMetrics(text) {
 export class ServerView {
   constructor() {
     this.props = null;
+    this.query = "";
     this.timer = null;
     this.history = []; // {t, tokensPerSecond, queue}
     this.last = null; // {t, predicted}
   }
 
-  configure(props, model) {
+  /** ``routed``: the server is a router, and /slots and /metrics are the model's (``?model=``). */
+  configure(props, model, routed = false) {
     this.props = props;
+    this.query = routed ? `?model=${encodeURIComponent(model)}` : "";
+    this.last = null;
+    this.history = [];
     const settings = (props.default_generation_settings || {});
     fillList(byId("props"), [
       ["Model", model],
@@ -69,7 +74,7 @@ export class ServerView {
 
   async refreshSlots() {
     try {
-      const slots = await apiJson("/slots");
+      const slots = await apiJson(`/slots${this.query}`);
       byId("slots").tBodies[0].replaceChildren(...slots.map((slot) => {
         const next = (slot.next_token || [])[0] || {};
         const state = slot.is_processing ? "processing" : "idle";
@@ -88,7 +93,7 @@ export class ServerView {
   async refreshMetrics() {
     let values;
     try {
-      values = parseMetrics(await apiText("/metrics"));
+      values = parseMetrics(await apiText(`/metrics${this.query}`));
     } catch (error) {
       byId("metrics-note").textContent = `Metrics unavailable: ${error.message}`;
       return;

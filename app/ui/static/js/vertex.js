@@ -9,7 +9,7 @@ import { loadObject, saveObject } from "./store.js";
 const HELLO = [{ role: "user", content: "Say hello in five words." }];
 
 /** A starting body for an instance, by the route it names. */
-function exampleBody(path, model) {
+function exampleBody(path, model, routed = false) {
   const examples = {
     "/v1/chat/completions": { messages: HELLO, max_tokens: 32 },
     "/chat/completions": { messages: HELLO, max_tokens: 32 },
@@ -31,7 +31,8 @@ function exampleBody(path, model) {
     "/v1/embeddings": { input: "Hello, world" },
     "/rerank": { query: "greeting", documents: ["hello there", "the sky is blue"] },
   };
-  return examples[path] || {};
+  const body = examples[path] || {};
+  return routed ? { model, ...body } : body; // a router's instance names its model
 }
 
 function shellQuote(text) {
@@ -87,9 +88,10 @@ export class VertexConsole {
   }
 
   /** The alias table is known: build the form with one chat instance. */
-  configure(table, model) {
+  configure(table, model, routed = false) {
     this.table = table;
     this.model = model;
+    this.routed = routed;
     byId("predict-route").textContent = table.predict_route;
     const collisions = table.collisions || [];
     byId("alias-collisions").hidden = collisions.length === 0;
@@ -122,11 +124,11 @@ export class VertexConsole {
     const select = el("select", { class: "format" }, ...choices.map((choice) =>
       el("option", { value: choice.value, text: choice.label, selected: choice === chosen })));
     const body = el("textarea", { class: "code body", rows: 6, spellcheck: "false" });
-    body.value = pretty(exampleBody(chosen.path, this.model));
+    body.value = pretty(exampleBody(chosen.path, this.model, this.routed));
     const error = el("div", { class: "field-error", role: "alert" });
     select.addEventListener("change", () => {
       const path = choices.find((choice) => choice.value === select.value).path;
-      body.value = pretty(exampleBody(path, this.model));
+      body.value = pretty(exampleBody(path, this.model, this.routed));
       this.renderSnippets();
     });
     const item = el("li", { class: "instance" },
