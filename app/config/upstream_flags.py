@@ -59,8 +59,8 @@ def _refuse(reason: str) -> Treatment:
 DRAFT_PLACEMENT = _warn("the draft model shares the target's threads and their placement here")
 ONE_TEAM = _warn("one OpenMP team does prompts and generation here: --cpu-mask, --cpu-range, --cpu-strict, --prio "
                  "and --poll place it")
-ONE_DEVICE = _warn("device lists and per-tensor placement are not passed to llama.cpp here (its bindings leave "
-                   "those fields unset); -ngl, -sm, -ts and -mg place the model")
+ONE_DEVICE = _warn("remote (RPC) devices are not used here: the model is placed on this machine's devices "
+                   "(--device, -ngl, -sm, -ts, -mg, --override-tensor)")
 RESULTS = "not implemented here, and ignoring it would change the model's output"
 NO_HUB = _refuse("no model downloads from plain URLs or Docker here: give a path or a gs:// URI with --model, or "
                  "--hf-repo")
@@ -85,8 +85,7 @@ TREATMENTS: dict[str, Treatment] = {
     "--swa-checkpoints": _warn("context checkpoints are not kept here (they only save recomputation)"),
     "--checkpoint-min-step": _warn("context checkpoints are not kept here"),
     "--defrag-thold": _warn("deprecated in llama.cpp; it has no effect there either"),
-    "--device": ONE_DEVICE, "--override-tensor": ONE_DEVICE, "--cpu-moe": ONE_DEVICE, "--n-cpu-moe": ONE_DEVICE,
-    "--n-cpu-ffn": ONE_DEVICE, "--rpc": ONE_DEVICE, "--mmproj-device": ONE_DEVICE,
+    "--rpc": ONE_DEVICE,
     "--mtmd-batch-max-tokens": _warn("the projector's batch is libmtmd's default here"),
     "--perf": _warn("per-request timings are always returned here"),
     "--cpu-mask-batch": ONE_TEAM, "--cpu-range-batch": ONE_TEAM, "--cpu-strict-batch": ONE_TEAM,
@@ -99,8 +98,7 @@ TREATMENTS: dict[str, Treatment] = {
     "--video-timestamp-interval": _warn("video is not taken here"),
     "--log-prompts-dir": _warn("prompts are not written to files here"),
     # programs and modes that are not this server
-    "--completion-bash": _refuse("no bash completion here"), "--list-devices": _refuse("not a server run: the "
-                                                                                     "start-up log names the device"),
+    "--completion-bash": _refuse("no bash completion here"),
     "--cache-list": _refuse("there is no Hugging Face cache here"),
     "--model-url": NO_HUB, "--mmproj-url": NO_HUB, "--docker-repo": NO_HUB,
     "--agent": TOOLS, "--tools": TOOLS, "--tools-runtime": TOOLS, "--mcp-servers-config": TOOLS,
@@ -131,8 +129,6 @@ def _speculation_treatment(flag: UpstreamFlag) -> Treatment:
     name = flag.name
     if any(part in name for part in ("-cpu-mask", "-cpu-range", "-cpu-strict", "-prio", "-poll")):
         return DRAFT_PLACEMENT
-    if any(part in name for part in ("-device", "-override-tensor", "-cpu-moe", "-n-cpu-moe")):
-        return ONE_DEVICE
     if "-ngram-map-k" in name or "-ngram-mod-" in name:
         return _warn("only for --spec-type ngram-map-k, ngram-map-k4v and ngram-mod, which are not implemented here")
     if name == "--spec-ngram-simple-min-hits":

@@ -25,6 +25,15 @@ SAMPLER_NAMES = {name: name for name in SAMPLER_LETTERS.values()} | {
 
 
 @dataclass(frozen=True)
+class TensorOverride:
+    """Tensors whose name matches ``pattern`` (a regular expression) go to the buffer type named
+    ``buffer_type`` (``CPU``, ``CUDA0``, ...): ``--override-tensor`` and what ``--cpu-moe`` means."""
+
+    pattern: str
+    buffer_type: str
+
+
+@dataclass(frozen=True)
 class KvOverride:
     """One model metadata override (``--override-kv``); the value's Python type is its GGUF type."""
 

@@ -86,11 +86,24 @@ def version_text() -> str:
             f"built with llama-cpp-python {installed('llama-cpp-python')} (its vendored llama.cpp)")
 
 
+def print_devices() -> None:
+    """--list-devices: what llama.cpp can offload to, as llama-server prints it."""
+    from app.engine.llama.ggml import describe_devices, load_ggml_backends
+
+    load_ggml_backends()
+    print("Available devices:")
+    for line in describe_devices() or ["(none)"]:
+        print(f"  {line}")
+
+
 def prepare(argv: Sequence[str], environ: Mapping[str, str]) -> tuple[Settings, str, VertexEnvironment | None, int]:
     """Everything checked before gunicorn starts; exits 2 on a bad flag, 1 on a bad environment."""
     settings = parse_settings(argv, environ)
     if settings.version:
         print(version_text())
+        sys.exit(0)
+    if settings.list_devices:
+        print_devices()
         sys.exit(0)
     configure_logging(log_options(settings, environ))
     for note in settings.notes:  # llama-server flags that have no effect here
@@ -160,6 +173,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     except SettingsError:
         sys.exit(2)
     # libgomp reads its environment when llama_cpp is first imported: in the worker, which inherits it
+    if settings.mmproj_device:  # libmtmd reads its device from the environment (llama-server's --mmproj-device)
+        os.environ["MTMD_BACKEND_DEVICE"] = settings.mmproj_device
     prepare_process(settings.compute_cpus, settings.cpu_strict == 1, settings.poll, settings.prio)
     from app.server.gunicorn_server import ContainerServer
 

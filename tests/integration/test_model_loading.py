@@ -6,6 +6,7 @@ flags reach the server's log, and -v llama.cpp's own lines. One server at a time
 from __future__ import annotations
 
 import json
+import re
 import struct
 from pathlib import Path
 
@@ -123,3 +124,28 @@ def test_verbose_logs_llama_cpp_s_own_lines(server_dir: Path) -> None:
     lines = [line for line in server.log().splitlines() if " llama.cpp: " in line]
     assert any("INFO llama.cpp: llama_context: n_ctx" in line for line in lines), server.log()[-3000:]
     assert any("llama_kv_cache: layer" in line for line in lines)  # a debug line of llama.cpp's
+
+
+def test_tensor_overrides_and_device_lists_reach_llama_cpp(tmp_path: Path) -> None:
+    """-ot, --cpu-moe, --n-cpu-moe, --n-cpu-ffn and -dev none with the real model: llama.cpp places the
+    named tensors (its log says so for each) and the model serves."""
+    server = start(tmp_path, ["-np", "1", "-c", "512", "-v", "-ot", r"blk\.0\.attn_q.*=CPU,output_norm=CPU",
+                              "--cpu-moe", "--n-cpu-moe", "2", "--n-cpu-ffn", "1", "-dev", "none"])
+    try:
+        reply = requests.post(server.url("/v1/chat/completions"), timeout=60, json={
+            "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 3})
+        assert reply.status_code == 200 and reply.json()["usage"]["completion_tokens"] > 0
+        placed = set(re.findall(r"tensor (\S+) \([^)]*\) buffer type overridden to CPU", server.log()))
+        assert {"blk.0.attn_q.weight", "output_norm.weight"} <= placed
+        assert {"blk.0.ffn_up.weight", "blk.0.ffn_down.weight", "blk.0.ffn_gate.weight"} <= placed  # --n-cpu-ffn 1
+        assert not any(name.startswith("blk.1.") for name in placed)  # SmolLM2 has no experts: --*-moe place none
+    finally:
+        assert server.stop() == 0, server.log()
+
+
+def test_an_unknown_buffer_type_or_device_stops_the_start_naming_it(tmp_path: Path) -> None:
+    for args, message in ((["-ot", "output=NOPE0"], "unknown buffer type (available: CPU"),
+                          (["--device", "NOPE0"], "--device: invalid device: NOPE0")):
+        server = launch(tmp_path, ["-np", "1", "-c", "512", *args])
+        assert server.process.wait(120) == 4
+        assert message in server.log()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from app.engine.types import KvOverride
+from app.engine.types import KvOverride, TensorOverride
 
 
 @dataclass(frozen=True)
@@ -36,6 +36,8 @@ class LoadConfig:
     repack: bool = True  # llama.cpp's extra buffer types (repacked CPU weights)
     no_host: bool = False
     numa: str | None = None  # NUMA_STRATEGIES; None: no NUMA initialisation
+    tensor_overrides: tuple[TensorOverride, ...] = ()  # the first that matches a tensor places it
+    devices: tuple[str, ...] | None = None  # ggml's device names to offload to; None: every one, (): none
 
 
 @dataclass(frozen=True)

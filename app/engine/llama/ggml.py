@@ -110,6 +110,15 @@ def _open_ggml(lib_dir: Path) -> ctypes.CDLL | None:
             ggml.ggml_backend_dev_type.restype = ctypes.c_int
             ggml.ggml_backend_dev_memory.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_size_t),
                                                      ctypes.POINTER(ctypes.c_size_t)]
+            for name in ("ggml_backend_dev_name", "ggml_backend_dev_description"):
+                getattr(ggml, name).argtypes = [ctypes.c_void_p]
+                getattr(ggml, name).restype = ctypes.c_char_p
+            ggml.ggml_backend_dev_by_name.argtypes = [ctypes.c_char_p]
+            ggml.ggml_backend_dev_by_name.restype = ctypes.c_void_p
+            ggml.ggml_backend_dev_buffer_type.argtypes = [ctypes.c_void_p]
+            ggml.ggml_backend_dev_buffer_type.restype = ctypes.c_void_p
+            ggml.ggml_backend_buft_name.argtypes = [ctypes.c_void_p]
+            ggml.ggml_backend_buft_name.restype = ctypes.c_char_p
             _ggml = ggml
             return ggml
     return None
@@ -181,3 +190,47 @@ def gpu_free_bytes() -> list[int]:
             ggml.ggml_backend_dev_memory(device, ctypes.byref(available), ctypes.byref(total))
             free.append(int(available.value))
     return free
+
+
+def _ggml_or_fail() -> ctypes.CDLL:
+    ggml = _open_ggml(_lib_dir())
+    if ggml is None:
+        raise ModelLoadError("ggml's library was not found: device lists and tensor overrides cannot be resolved")
+    return ggml
+
+
+def buffer_types() -> dict[str, int]:
+    """Every device's buffer type by its name (``CPU``, ``CUDA0``, ...), as --override-tensor names them."""
+    ggml = _ggml_or_fail()
+    types: dict[str, int] = {}
+    for index in range(ggml.ggml_backend_dev_count()):
+        buft = ggml.ggml_backend_dev_buffer_type(ggml.ggml_backend_dev_get(index))
+        if buft:
+            types[ggml.ggml_backend_buft_name(buft).decode()] = int(buft)
+    return types
+
+
+def offload_device(name: str) -> int:
+    """The device --device names (a GPU or another accelerator, never the CPU); ModelLoadError otherwise."""
+    ggml = _ggml_or_fail()
+    device = ggml.ggml_backend_dev_by_name(name.encode())
+    if not device or ggml.ggml_backend_dev_type(device) == GGML_DEVICE_CPU:
+        known = ", ".join(line.split(":")[0].strip() for line in describe_devices()) or "none"
+        raise ModelLoadError(f"--device: invalid device: {name} (devices: {known})")
+    return int(device)
+
+
+def describe_devices() -> list[str]:
+    """The devices a model can be offloaded to, one line each, as llama-server's --list-devices prints them."""
+    ggml = _ggml_or_fail()
+    lines = []
+    for index in range(ggml.ggml_backend_dev_count()):
+        device = ggml.ggml_backend_dev_get(index)
+        if ggml.ggml_backend_dev_type(device) == GGML_DEVICE_CPU:
+            continue
+        free, total = ctypes.c_size_t(0), ctypes.c_size_t(0)
+        ggml.ggml_backend_dev_memory(device, ctypes.byref(free), ctypes.byref(total))
+        lines.append(f"{ggml.ggml_backend_dev_name(device).decode()}: "
+                     f"{ggml.ggml_backend_dev_description(device).decode()} "
+                     f"({total.value >> 20} MiB, {free.value >> 20} MiB free)")
+    return lines

@@ -9,6 +9,7 @@ from typing import Any
 from app.engine.errors import ModelLoadError
 from app.engine.llama.bindings import lc
 from app.engine.llama.config import LlamaConfig, LoadConfig
+from app.engine.llama.ggml import buffer_types, offload_device
 from app.engine.llama.vocab import model_meta
 from app.engine.memory_fit import ModelShape
 from app.engine.types import KV_CACHE_TYPES, LAZY_MODES, LOAD_MODES, NUMA_STRATEGIES, SPLIT_MODES
@@ -29,6 +30,34 @@ assert (set(_LOAD_MODE), set(_LAZY_MODE), set(_SPLIT_MODE), set(NUMA_NUMBERS)) =
 _TYPE_BYTES = {"f32": 4.0, "f16": 2.0, "bf16": 2.0, "q8_0": 34 / 32, "q4_0": 18 / 32, "q4_1": 20 / 32,
                "q5_0": 22 / 32, "q5_1": 24 / 32, "iq4_nl": 18 / 32}  # per element, ggml's block sizes
 assert set(_TYPE_BYTES) == set(KV_CACHE_TYPES)
+
+
+class BufferTypeOverride(ctypes.Structure):
+    """llama.h's ``struct llama_model_tensor_buft_override`` (the bindings leave the field a void pointer)."""
+
+    _fields_ = [("pattern", ctypes.c_char_p), ("buft", ctypes.c_void_p)]
+
+
+def tensor_placement(params: Any, config: LoadConfig, keep: list[Any]) -> None:
+    """--override-tensor (and --cpu-moe's) buffer types and --device's devices, into ``params``."""
+    if config.tensor_overrides:
+        types = buffer_types()
+        limit = int(lc.llama_max_tensor_buft_overrides())
+        if len(config.tensor_overrides) >= limit:
+            raise ModelLoadError(f"{len(config.tensor_overrides)} tensor overrides: llama.cpp takes at most "
+                                 f"{limit - 1}")
+        overrides = (BufferTypeOverride * (len(config.tensor_overrides) + 1))()  # a NULL pattern ends the list
+        for slot, override in zip(overrides, config.tensor_overrides, strict=False):
+            if override.buffer_type not in types:
+                raise ModelLoadError(f"--override-tensor {override.pattern}={override.buffer_type}: unknown buffer "
+                                     f"type (available: {', '.join(sorted(types))})")
+            slot.pattern, slot.buft = override.pattern.encode(), types[override.buffer_type]
+        params.tensor_buft_overrides = ctypes.cast(overrides, ctypes.c_void_p)
+        keep.append(overrides)
+    if config.devices is not None:
+        devices = (ctypes.c_void_p * (len(config.devices) + 1))(*(offload_device(name) for name in config.devices))
+        params.devices = ctypes.cast(devices, ctypes.c_void_p)  # NULL-terminated; only NULL: no offload
+        keep.append(devices)
 
 
 def model_params(config: LoadConfig, n_gpu_layers: int) -> tuple[Any, list[Any]]:
@@ -67,6 +96,7 @@ def model_params(config: LoadConfig, n_gpu_layers: int) -> tuple[Any, list[Any]]
                 slot.tag, slot.value.val_str = lc.LLAMA_KV_OVERRIDE_TYPE_STR, value.encode()
         params.kv_overrides = ctypes.cast(overrides, ctypes.POINTER(lc.llama_model_kv_override))
         keep.append(overrides)
+    tensor_placement(params, config, keep)
     return params, keep
 
 
