@@ -39,6 +39,17 @@ class ChatSettings:
         "reasoning_budget_tokens wins", env="LLAMA_ARG_THINK_BUDGET", minimum=-1, metavar="N")
     reasoning_budget_message: str | None = option(("--reasoning-budget-message",), "str", None,
         "text put before the forced end of thinking", env="LLAMA_ARG_THINK_BUDGET_MESSAGE", metavar="MESSAGE")
+    reasoning_preserve: bool | None = option(("--reasoning-preserve",), "bool", None,
+        "keep the reasoning of every assistant message in the history, not just the last (the template's "
+        "preserve_reasoning; default: the template's own)", env="LLAMA_ARG_REASONING_PRESERVE",
+        negative_flags=("--no-reasoning-preserve",))
+    skip_chat_parsing: bool = option(("--skip-chat-parsing",), "bool", False,
+        "leave the model's whole output in the content: no reasoning split and no tool calls parsed",
+        env="LLAMA_ARG_SKIP_CHAT_PARSING", negative_flags=("--no-skip-chat-parsing",))
+    prefill_assistant: bool = option(("--prefill-assistant",), "bool", True,
+        "a trailing assistant message is continued by the model (a prefill); --no-prefill-assistant: it is a "
+        "whole message and the model answers after it", env="LLAMA_ARG_PREFILL_ASSISTANT",
+        negative_flags=("--no-prefill-assistant",))
     media_path: str | None = option(("--media-path",), "str", None,
         "the directory file:// media in requests may come from (default: file:// is refused)",
         env="LLAMA_ARG_MEDIA_PATH", metavar="DIR")
@@ -56,10 +67,12 @@ class ChatSettings:
 
     @property
     def template_kwargs(self) -> dict[str, Any]:
-        """The template's default arguments: --reasoning on/off as enable_thinking, then
-        --chat-template-kwargs (checked to be a JSON object at start-up)."""
+        """The template's default arguments: --reasoning on/off as enable_thinking, --reasoning-preserve as
+        preserve_reasoning, then --chat-template-kwargs (checked to be a JSON object at start-up)."""
         thinking = self.reasoning.strip().lower()
         kwargs: dict[str, Any] = {"enable_thinking": thinking in TRUE} if thinking in TRUE | FALSE else {}
+        if self.reasoning_preserve is not None:
+            kwargs["preserve_reasoning"] = self.reasoning_preserve
         return kwargs | (dict(json.loads(self.chat_template_kwargs)) if self.chat_template_kwargs else {})
 
     def check(self) -> None:

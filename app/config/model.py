@@ -142,6 +142,8 @@ class ModelSettings:
     lora_scaled: tuple[tuple[str, float], ...] = option(("--lora-scaled",), "scaled", (),
         "LoRA adapters with their scales, llama-server's FNAME:SCALE,... (or FNAME SCALE); repeatable",
         metavar="FNAME:SCALE")
+    lora_init_without_apply: bool = option(("--lora-init-without-apply",), "bool", False,
+        "load the LoRA adapters at scale 0 (apply them later with POST /lora-adapters or a request's lora)")
     mmproj: str | None = option(("-mm", "--mmproj"), "str", None,
         "multimodal projector file (a path or gs://): images and audio in prompts (default: an mmproj-*.gguf "
         "beside a gs:// model)", env="LLAMA_ARG_MMPROJ", metavar="FILE")
@@ -212,8 +214,10 @@ class ModelSettings:
 
     @property
     def lora_adapters(self) -> tuple[tuple[str, float], ...]:
-        """Every adapter with its starting scale: ``--lora`` ones at 1, then ``--lora-scaled``."""
-        return tuple((path, 1.0) for path in self.lora) + self.lora_scaled
+        """Every adapter with its starting scale: ``--lora`` ones at 1, then ``--lora-scaled``; every one at 0
+        with --lora-init-without-apply."""
+        given = tuple((path, 1.0) for path in self.lora) + self.lora_scaled
+        return tuple((path, 0.0) for path, _ in given) if self.lora_init_without_apply else given
 
     @property
     def rope_frequency_scale(self) -> float:

@@ -99,7 +99,7 @@ def render_prompt(ctx: ServerContext, body: ChatBody, plan: ToolPlan | None = No
     tools = [tool.model_dump(exclude_none=True) for tool in plan.tools] if plan and renders_tools else None
     kwargs = {**ctx.settings.template_kwargs, **(body.chat_template_kwargs or {}),
               **_effort(body.reasoning_effort or ctx.settings.reasoning_effort)} or None
-    if _continues(body, messages):
+    if _continues(body, messages, ctx.settings.prefill_assistant):
         if messages[-1]["role"] != "assistant":
             return template.render(messages, False, tools, kwargs)
         head = template.render(messages[:-1], True, tools, kwargs)
@@ -130,13 +130,13 @@ def reasoning_budget(ctx: ServerContext, body: ChatBody, opened: bool) -> Reason
                            tokens=tokens, opened=opened)
 
 
-def _continues(body: ChatBody, messages: list[dict[str, Any]]) -> bool:
+def _continues(body: ChatBody, messages: list[dict[str, Any]], prefill: bool) -> bool:
     """Whether the final message is continued rather than answered, as llama-server decides: asked by
     ``continue_final_message`` (with ``add_generation_prompt`` false), or a trailing assistant message
-    (a prefill)."""
+    (a prefill, unless --no-prefill-assistant)."""
     asked = body.continue_final_message is True or body.continue_final_message in ("content", "reasoning_content")
     last = messages[-1]
-    if not asked and last["role"] == "assistant":
+    if not asked and last["role"] == "assistant" and prefill:
         if len(messages) > 1 and messages[-2]["role"] == "assistant":
             raise InvalidRequestError("Field 'messages': cannot have two assistant messages at the end")
         return True
@@ -177,6 +177,7 @@ class PreparedChat:
     reasoning_format: str
     opened_thinking: bool
     top_logprobs: int | None
+    parse_calls: bool = True  # tool calls are parsed out of the text (not with --skip-chat-parsing)
 
     @property
     def n_prompt(self) -> int:
@@ -205,6 +206,8 @@ def prepare_chat(ctx: ServerContext, body: ChatBody) -> PreparedChat:
     reasoning_format = body.reasoning_format or ctx.settings.reasoning_format
     if reasoning_format not in FORMATS:
         raise InvalidRequestError(f"Field 'reasoning_format': must be one of {', '.join(FORMATS)}")
+    if ctx.settings.skip_chat_parsing:  # the whole output is content (llama-server's pure content parser)
+        reasoning_format = "none"
     prompt = chat_prompt_tokens(ctx, body)
     text, plan = prompt.text, prompt.plan
     structured, schema = _format_schema(body)
@@ -229,6 +232,7 @@ def prepare_chat(ctx: ServerContext, body: ChatBody) -> PreparedChat:
         reasoning_format=reasoning_format,
         opened_thinking=opened,
         top_logprobs=top,
+        parse_calls=not ctx.settings.skip_chat_parsing,
     )
 
 
@@ -261,7 +265,7 @@ def _logprob_entries(ctx: ServerContext, prepared: PreparedChat, probs: tuple[To
 def finish_choice(ctx: ServerContext, prepared: PreparedChat, index: int, result: Completion) -> ChatChoice:
     split = split_reasoning(result.text, prepared.reasoning_format, prepared.opened_thinking)
     content, calls = split.content, list[ToolCall]()
-    if prepared.plan is not None:
+    if prepared.plan is not None and prepared.parse_calls:
         content, calls = parse_tool_calls(content, prepared.plan)
     reason = "tool_calls" if calls and result.finish is not FinishReason.LIMIT else finish_reason(result)
     return ChatChoice(
@@ -340,7 +344,7 @@ def chat_deltas(ctx: ServerContext, prepared: PreparedChat, stream: Iterator[Str
     for item in stream:
         index, event = item.index, item.event
         splitter = splitters.setdefault(index, ReasoningStream(prepared.reasoning_format, prepared.opened_thinking))
-        gate = gates.setdefault(index, _ToolGate(prepared.plan))
+        gate = gates.setdefault(index, _ToolGate(prepared.plan if prepared.parse_calls else None))
         if isinstance(event, TokenChunk):
             if event.progress is not None:
                 if progress:

@@ -379,3 +379,18 @@ def test_idle_sleep_frees_the_model_and_wakes_on_demand(server_dir: Path) -> Non
         assert "loading the model again" in running.log()
     finally:
         running.stop()
+
+
+def test_lora_init_without_apply_loads_the_adapter_at_scale_zero(models: dict[str, Path],
+                                                                 tmp_path: Path) -> None:
+    held = start(tmp_path, ["-np", "1", "-c", "1024", "--lora", str(models["lora"]), "--lora-init-without-apply"])
+    try:
+        adapters = requests.get(held.url("/lora-adapters"), timeout=10).json()
+        assert [(a["id"], a["scale"]) for a in adapters] == [(0, 0.0)]
+        unapplied = first_token_logprobs(held)
+        assert unapplied == first_token_logprobs(held, lora=[{"id": 0, "scale": 0.0}])
+        assert unapplied != first_token_logprobs(held, lora=[{"id": 0, "scale": 1.0}])  # loaded, applied on request
+        assert post(held, "/lora-adapters", [{"id": 0, "scale": 1.0}]).json() == {"success": True}
+        assert first_token_logprobs(held) != unapplied
+    finally:
+        assert held.stop() == 0, held.log()

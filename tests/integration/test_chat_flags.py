@@ -1,0 +1,73 @@
+"""llama-server's chat flags with the real model: --no-prefill-assistant, --reasoning-preserve and
+--skip-chat-parsing, each against the default behaviour of the session's server."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+
+from tests.integration.conftest import Server, start
+
+# ChatML (the model's own format), and the template argument --reasoning-preserve sets, written out
+TEMPLATE = (
+    "{% if preserve_reasoning is defined %}[preserve_reasoning={{ preserve_reasoning }}]{% endif %}"
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+PREFILL = [{"role": "user", "content": "Name a colour."}, {"role": "assistant", "content": "The colour is"}]
+FORCED_CALL: dict[str, Any] = {
+    "messages": [{"role": "user", "content": "What is the weather in Paris?"}], "max_tokens": 60, "temperature": 0,
+    "tool_choice": "required", "tools": [{"type": "function", "function": {
+        "name": "get_weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                                              "required": ["city"]}}}]}
+
+
+@pytest.fixture(scope="module")
+def flagged(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    root = tmp_path_factory.mktemp("chat-flags")
+    (root / "template.jinja").write_text(TEMPLATE)
+    server = start(root, ["-np", "1", "-c", "2048", "--chat-template-file", str(root / "template.jinja"),
+                          "--no-prefill-assistant", "--reasoning-preserve", "--skip-chat-parsing"])
+    yield server
+    assert server.stop() == 0, server.log()
+
+
+@pytest.fixture(scope="module")
+def plain(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    root = tmp_path_factory.mktemp("chat-plain")
+    (root / "template.jinja").write_text(TEMPLATE)
+    server = start(root, ["-np", "1", "-c", "2048", "--chat-template-file", str(root / "template.jinja")])
+    yield server
+    assert server.stop() == 0, server.log()
+
+
+def rendered(server: Server, messages: list[dict[str, str]]) -> str:
+    reply = requests.post(server.url("/apply-template"), json={"messages": messages}, timeout=30)
+    assert reply.status_code == 200, reply.text
+    prompt: str = reply.json()["prompt"]
+    return prompt
+
+
+def test_a_trailing_assistant_message_is_a_prefill_unless_no_prefill_assistant(flagged: Server, plain: Server
+                                                                             ) -> None:
+    assert rendered(plain, PREFILL).endswith("<|im_start|>assistant\nThe colour is")
+    assert rendered(flagged, PREFILL).endswith("The colour is<|im_end|>\n<|im_start|>assistant\n")
+
+
+def test_reasoning_preserve_reaches_the_template(flagged: Server, plain: Server) -> None:
+    assert rendered(flagged, PREFILL[:1]).startswith("[preserve_reasoning=True]")
+    assert "preserve_reasoning" not in rendered(plain, PREFILL[:1])
+
+
+def test_skip_chat_parsing_leaves_a_tool_call_in_the_content(flagged: Server, plain: Server) -> None:
+    parsed = requests.post(plain.url("/v1/chat/completions"), json=FORCED_CALL, timeout=120).json()
+    call = parsed["choices"][0]["message"]["tool_calls"][0]["function"]
+    assert call["name"] == "get_weather"
+    raw = requests.post(flagged.url("/v1/chat/completions"), json=FORCED_CALL, timeout=120).json()
+    message = raw["choices"][0]["message"]
+    assert not message.get("tool_calls") and "get_weather" in message["content"]
+    assert raw["choices"][0]["finish_reason"] != "tool_calls"
