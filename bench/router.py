@@ -3,8 +3,9 @@
     .venv/bin/python bench/router.py [--streams 8] [--max-tokens 64] [--light 300] [--threads 2]
 
 For this server and for llama-server (bench/llama_server.py, built from the pinned llama.cpp), one
-server at a time: the model served directly (``-m``), then a router over a folder holding it
-(``--models-dir``), with the same flags (``-np 8 -c 8192``). Each prints
+kind at a time: the model served directly (``-m``) and a router over a folder holding it
+(``--models-dir``), with the same flags (``-np 8 -c 8192``), both up and measured in turns (only one
+generates at a time), ``--rounds`` times; the medians. Each prints
 
 - tok/s of ``--streams`` concurrent chats of ``--max-tokens`` tokens (ignore_eos), router/direct;
 - the time a request adds through the router: the median of ``--light`` sequential ``POST /tokenize``
@@ -17,12 +18,12 @@ Not a test: timings on shared machines are noisy.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import statistics
 import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import requests
@@ -34,6 +35,7 @@ from app.model_sources.files import embedded_model_path  # noqa: E402
 from bench.report import free_port, running  # noqa: E402
 
 NAME = "smol"
+WARM_REQUESTS = 20
 
 
 def server_command(kind: str, port: int, flags: list[str], source: list[str]) -> tuple[list[str], Path]:
@@ -66,17 +68,22 @@ def tokens_per_second(base: str, streams: int, max_tokens: int, model: str) -> f
     return sum(counts) / (time.perf_counter() - started)
 
 
-def light_median_ms(base: str, count: int, model: str) -> float:
+def light_median_ms(base: str, count: int, model: str) -> tuple[float, int]:
+    """The median of ``count`` sequential /tokenize requests on one keep-alive connection, and how many
+    times the server closed that connection under a request (the request is then sent again, not timed)."""
     session = requests.Session()
     body = {"model": model, "content": "Hello, how are you today?"}
-    for _ in range(20):
-        session.post(base + "/tokenize", json=body, timeout=30).raise_for_status()
-    times = []
-    for _ in range(count):
+    times: list[float] = []
+    dropped = 0
+    while len(times) < count + WARM_REQUESTS:
         started = time.perf_counter()
-        session.post(base + "/tokenize", json=body, timeout=30).raise_for_status()
+        try:
+            session.post(base + "/tokenize", json=body, timeout=30).raise_for_status()
+        except requests.ConnectionError:
+            dropped += 1
+            continue
         times.append((time.perf_counter() - started) * 1000)
-    return statistics.median(times)
+    return statistics.median(times[WARM_REQUESTS:]), dropped
 
 
 def first_token_seconds(base: str, model: str) -> float:
@@ -92,28 +99,26 @@ def first_token_seconds(base: str, model: str) -> float:
 
 
 def measure(kind: str, args: argparse.Namespace, folder: Path) -> dict[str, float]:
+    """Both servers of ``kind`` up at once (only one generates at a time), measured in turns."""
     model = str(embedded_model_path())
     flags = ["-np", "8", "-c", "8192", "-t", str(args.threads)]
-    results: dict[str, float] = {}
-
-    def with_server(source: list[str], work: Callable[[str], None]) -> None:
-        port = free_port()
-        command, cwd = server_command(kind, port, flags, source)
-        with running(command, port, "/health", {}, cwd=cwd) as server:
-            work(server.base)
-
-    def direct(base: str) -> None:
-        results["direct_tps"] = tokens_per_second(base, args.streams, args.max_tokens, NAME)
-        results["direct_ms"] = light_median_ms(base, args.light, NAME)
-
-    def routed(base: str) -> None:
-        results["cold_s"] = first_token_seconds(base, NAME)
-        results["router_tps"] = tokens_per_second(base, args.streams, args.max_tokens, NAME)
-        results["router_ms"] = light_median_ms(base, args.light, NAME)
-
-    with_server(["-m", model, "--alias", NAME], direct)
-    with_server(["--models-dir", str(folder)], routed)
-    return results
+    samples: dict[str, list[float]] = {key: [] for key in ("direct_tps", "router_tps", "direct_ms", "router_ms")}
+    dropped = 0.0
+    with contextlib.ExitStack() as stack:
+        bases = {}
+        for name, source in (("direct", ["-m", model, "--alias", NAME]), ("router", ["--models-dir", str(folder)])):
+            port = free_port()
+            command, cwd = server_command(kind, port, flags, source)
+            bases[name] = stack.enter_context(running(command, port, "/health", {}, cwd=cwd)).base
+        cold = first_token_seconds(bases["router"], NAME)
+        for _ in range(args.rounds):
+            for name, base in bases.items():
+                samples[f"{name}_tps"].append(tokens_per_second(base, args.streams, args.max_tokens, NAME))
+                median, closed = light_median_ms(base, args.light, NAME)
+                samples[f"{name}_ms"].append(median)
+                dropped += closed
+    results = {key: statistics.median(values) for key, values in samples.items()}
+    return {**results, "cold_s": cold, "dropped": dropped}
 
 
 def main() -> None:
@@ -122,6 +127,7 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--light", type=int, default=300)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=3, help="turns of direct and router measurements")
     parser.add_argument("--peer", action=argparse.BooleanOptionalAction, default=True,
                         help="also measure llama-server's router (default: on)")
     args = parser.parse_args()
@@ -132,7 +138,7 @@ def main() -> None:
         if args.peer:
             rows["llama-server"] = measure("llama-server", args, folder)
     print(f"router mode: {args.streams} streams x {args.max_tokens} tokens, -np 8 -c 8192 -t {args.threads}; "
-          f"{args.light} sequential POST /tokenize")
+          f"{args.light} sequential POST /tokenize; medians of {args.rounds} turns")
     print("| server | tok/s direct | tok/s router | router/direct | /tokenize direct ms | router ms | "
           "added ms | cold request to first token s |")
     print("|---|---|---|---|---|---|---|---|")
@@ -140,6 +146,10 @@ def main() -> None:
         print(f"| {name} | {r['direct_tps']:.1f} | {r['router_tps']:.1f} | {r['router_tps'] / r['direct_tps']:.2f} | "
               f"{r['direct_ms']:.2f} | {r['router_ms']:.2f} | {r['router_ms'] - r['direct_ms']:.2f} | "
               f"{r['cold_s']:.2f} |")
+    for name, r in rows.items():
+        if r["dropped"]:
+            print(f"{name} closed the keep-alive connection under {r['dropped']:.0f} /tokenize requests "
+                  "(sent again, not timed)")
     if "llama-server" in rows:
         ours, peer = rows["vertex-llama"], rows["llama-server"]
         print(f"ours/llama-server: router tok/s {ours['router_tps'] / peer['router_tps']:.2f}, added ms "
