@@ -85,5 +85,6 @@ def engine_options(settings: Settings, prompt_cache_bytes: int | None) -> Engine
         slot_similarity=settings.slot_prompt_similarity,
         kv_unified=settings.kv_unified,
         cache_idle_slots=settings.cache_idle_slots,
+        special_output=settings.special,
         speculation=settings.speculation,
     )

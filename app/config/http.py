@@ -2,11 +2,24 @@
 
 from __future__ import annotations
 
+import functools
+import json
 import os
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 from app.config.options import SettingsError, option
 from app.ui import BUILTIN_UI_DIRECTORY
+
+
+def _read(path: str | None) -> str | None:
+    if path is None:
+        return None
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SettingsError(f"--ui-config-file: cannot read {path!r} ({exc})") from None
 
 
 @dataclass(frozen=True)
@@ -68,6 +81,12 @@ class HttpSettings:
     static_path: str | None = option(("--path",), "str", None,
         "serve the static files of this directory at / instead of the built-in web UI",
         env="LLAMA_ARG_STATIC_PATH", metavar="PATH")
+    ui_config: str | None = option(("--ui-config", "--webui-config"), "str", None,
+        "the web UI's default settings, a JSON object (/props ui_settings; the built-in UI takes temperature, "
+        "top_p, top_k, min_p, max_tokens, seed, system, stop)", env="LLAMA_ARG_UI_CONFIG", metavar="JSON")
+    ui_config_file: str | None = option(("--ui-config-file", "--webui-config-file"), "str", None,
+        "a file holding --ui-config's JSON (--ui-config's keys win)", env="LLAMA_ARG_UI_CONFIG_FILE",
+        metavar="PATH")
 
     @property
     def listen_hosts(self) -> tuple[str, ...]:
@@ -99,8 +118,26 @@ class HttpSettings:
             keys.extend(found)
         return tuple(keys)
 
+    @functools.cached_property
+    def ui_settings(self) -> dict[str, Any]:
+        """--ui-config-file's settings, then --ui-config's on top (each checked to be a JSON object)."""
+        settings: dict[str, Any] = {}
+        for flag, text in (("--ui-config-file", _read(self.ui_config_file)), ("--ui-config", self.ui_config)):
+            if text is None:
+                continue
+            try:
+                parsed = json.loads(text)
+            except ValueError as exc:
+                raise SettingsError(f"{flag}: not JSON ({exc})") from None
+            if not isinstance(parsed, dict):
+                raise SettingsError(f"{flag}: must be a JSON object")
+            settings.update(parsed)
+        return settings
+
     def check(self) -> None:
-        """The addresses, the TLS pair and --path are usable; a SettingsError names the option."""
+        """The addresses, the TLS pair, --path and the UI's settings are usable; a SettingsError names the
+        option."""
+        _ = self.ui_settings
         if self.static_path is not None and not os.path.isdir(self.static_path):
             raise SettingsError(f"--path: {self.static_path!r} is not a directory")
         if not self.listen_hosts:

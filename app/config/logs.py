@@ -13,6 +13,11 @@ class LogSettings:
 
     version: bool = option(("--version",), "bool", False,
         "print the versions (this server, llama-cpp-python, the llama.cpp it vendors) and exit")
+    cache_list: bool = option(("-cl", "--cache-list"), "bool", False,
+        "print the models of the Hugging Face cache (-hf downloads in --model-cache-dir) and exit")
+    completion_bash: bool = option(("--completion-bash",), "bool", False,
+        "print a bash completion script for python -m app's flags and exit (source it: "
+        "eval \"$(python -m app --completion-bash)\")")
     verbose: bool = option(("-v", "--verbose", "--log-verbose"), "bool", False, "verbose logging (llama.cpp logs too)",
         env="LLAMA_ARG_VERBOSE")
     log_verbosity: int = option(("-lv", "--verbosity", "--log-verbosity"), "int", 3,

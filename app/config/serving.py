@@ -43,6 +43,8 @@ class ServingSettings:
         "most tokens to generate for a request that sets no budget (-1 = until the context is full); a "
         "request's own n_predict or max_tokens wins, as in llama-server",
         env="LLAMA_ARG_N_PREDICT", minimum=-1)
+    special: bool = option(("-sp", "--special"), "bool", False,
+        "write special tokens (<|im_start|>, <think>, ...) in the generated text instead of leaving them out")
     spm_infill: bool = option(("--spm-infill",), "bool", False,
         "lay out /infill prompts suffix first (<FIM_SUF>suffix<FIM_PRE>prefix), for models trained that way")
     embd_normalize: int = option(("--embd-normalize",), "int", 2,

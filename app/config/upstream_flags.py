@@ -71,7 +71,6 @@ TREATMENTS: dict[str, Treatment] = {
     "--control-vector": _refuse(f"control vectors: {RESULTS}"),
     "--control-vector-scaled": _refuse(f"control vectors: {RESULTS}"),
     "--control-vector-layer-range": _refuse(f"control vectors: {RESULTS}"),
-    "--special": _refuse(f"special tokens in the output text: {RESULTS}"),
     "--escape": _warn("escapes are a llama-cli prompt feature; the server takes JSON"),
     "--adaptive-target": _refuse(f"the adaptive sampler: {RESULTS}"),
     "--adaptive-decay": _refuse(f"the adaptive sampler: {RESULTS}"),
@@ -87,15 +86,11 @@ TREATMENTS: dict[str, Treatment] = {
     "--cpu-mask-batch": ONE_TEAM, "--cpu-range-batch": ONE_TEAM, "--cpu-strict-batch": ONE_TEAM,
     "--prio-batch": ONE_TEAM, "--poll-batch": ONE_TEAM,
     # the HTTP server
-    "--webui-config": _warn("the built-in web UI has no server-side settings"),
-    "--webui-config-file": _warn("the built-in web UI has no server-side settings"),
     "--webui-mcp-proxy": _warn("the built-in web UI has no MCP proxy"),
     "--video-ffmpeg-dir": _warn("video is not taken here"), "--video-fps": _warn("video is not taken here"),
     "--video-timestamp-interval": _warn("video is not taken here"),
     "--log-prompts-dir": _warn("prompts are not written to files here"),
     # programs and modes that are not this server
-    "--completion-bash": _refuse("no bash completion here"),
-    "--cache-list": _refuse("there is no Hugging Face cache here"),
     "--model-url": NO_HUB, "--mmproj-url": NO_HUB, "--docker-repo": NO_HUB,
     "--agent": TOOLS, "--tools": TOOLS, "--tools-runtime": TOOLS, "--mcp-servers-config": TOOLS,
     "--mcp-servers-json": TOOLS,

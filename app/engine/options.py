@@ -16,6 +16,7 @@ class SchedulerOptions:
     slot_similarity: float = 0.1  # -sps: an idle slot holding more than this share of a prompt takes it (0: LRU)
     kv_unified: bool = False  # -kvu: the slots share one KV cache
     cache_idle_slots: bool = True  # idle slots' prompts go to the prompt cache (and leave the cells, with -kvu)
+    special_output: bool = False  # --special: special tokens (<|im_start|>, ...) are written in the generated text
     speculation: SpeculationOptions = field(default_factory=SpeculationOptions)  # --spec-type and the draft settings
 
 

@@ -286,7 +286,8 @@ class Scheduler(Admission):
             return False
         slot.next_token = token
         elapsed_ms = (slot.t_last - slot.t_prompt_done) * 1000.0
-        outcome = slot.generation.add(token, self.backend.vocab.piece(token, False), sampled.probs, elapsed_ms)
+        piece = self.backend.vocab.piece(token, self.options.special_output)
+        outcome = slot.generation.add(token, piece, sampled.probs, elapsed_ms)
         if outcome.finish is not None:
             self._finish(slot, outcome.finish, outcome.stop_word)
             return False

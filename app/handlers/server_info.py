@@ -48,7 +48,7 @@ def get_props(ctx: ServerContext, request: ApiRequest) -> ApiReply:
         "endpoint_props": settings.props,
         "endpoint_metrics": settings.metrics,
         "ui": settings.ui_directory is not None,
-        "ui_settings": {},
+        "ui_settings": settings.ui_settings,
         "chat_template": template.published,
         "chat_template_caps": ctx.chat_template_caps,
         "bos_token": info.bos_token,

@@ -169,3 +169,22 @@ def fetch_hub_model(spec: str, hf_file: str | None, token: str | None, cache_dir
         raise HubError(f"the Hugging Face Hub answered: {exc}") from None
     log.info("%s: %s%s", spec, ", ".join(plan.model_files), f" and the projector {plan.mmproj}" if plan.mmproj else "")
     return HubModel(paths[plan.model_files[0]], paths[plan.mmproj] if plan.mmproj else None)
+
+
+def cached_models(cache_dir: Path) -> list[str]:
+    """The models of the Hugging Face cache under ``cache_dir`` (``-hf`` downloads), as ``USER/REPO:FILE``,
+    one per model file (the first part of a split GGUF); --cache-list prints them."""
+    from huggingface_hub import scan_cache_dir
+    from huggingface_hub.errors import CacheNotFound
+
+    try:
+        info = scan_cache_dir(cache_dir / "huggingface")
+    except CacheNotFound:
+        return []
+    found = set()
+    for repo in info.repos:
+        for revision in repo.revisions:
+            for file in revision.files:
+                if is_model_file(file.file_name) and _first_part(file.file_name):
+                    found.add(f"{repo.repo_id}:{file.file_name}")
+    return sorted(found)

@@ -14,13 +14,14 @@ import logging
 import os
 import sys
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from app.config.settings import OPTIONS, Settings, SettingsError, parse_settings
 from app.host.cpu_placement import describe, prepare_process
 from app.model_sources.files import ModelFileError, local_projector, resolve_model_path
-from app.model_sources.gcs import is_gcs_uri
-from app.model_sources.hub import hub_source
+from app.model_sources.gcs import default_cache_dir, is_gcs_uri
+from app.model_sources.hub import cached_models, hub_source
 from app.server.fault_injection import CRASH_VARIABLE, Crash, CrashSpecError, parse_crash
 from app.server.logs import LogOptions, configure_logging
 from app.vertex.environment import VertexEnvironment, VertexEnvironmentError, read_vertex_environment
@@ -86,6 +87,39 @@ def version_text() -> str:
             f"built with llama-cpp-python {installed('llama-cpp-python')} (its vendored llama.cpp)")
 
 
+def bash_completion(program: str = "python -m app") -> str:
+    """A bash completion script for the flags (llama-server's --completion-bash, for this command)."""
+    words = " ".join(sorted(flag for option in OPTIONS for flag in (*option.flags, *option.negative_flags)))
+    return (f"_vertex_llama_completions() {{\n"
+            f"    local current=\"${{COMP_WORDS[COMP_CWORD]}}\"\n"
+            f"    if [[ \"$current\" == -* ]]; then\n"
+            f"        COMPREPLY=( $(compgen -W \"{words}\" -- \"$current\") )\n"
+            f"    else\n"
+            f"        COMPREPLY=( $(compgen -f -- \"$current\") )\n"
+            f"    fi\n"
+            f"}}\n"
+            f"complete -F _vertex_llama_completions {program.split()[0]}")
+
+
+def print_and_exit(settings: Settings) -> None:
+    """The flags that print something instead of serving: --version, --list-devices, --cache-list and
+    --completion-bash (llama-server's); exits 0 after the first given."""
+    if settings.version:
+        print(version_text())
+    elif settings.list_devices:
+        print_devices()
+    elif settings.cache_list:
+        models = cached_models(Path(settings.model_cache_dir) if settings.model_cache_dir else default_cache_dir())
+        print(f"number of models in cache: {len(models)}")
+        for number, name in enumerate(models, 1):
+            print(f"{number:4d}. {name}")
+    elif settings.completion_bash:
+        print(bash_completion())
+    else:
+        return
+    sys.exit(0)
+
+
 def print_devices() -> None:
     """--list-devices: what llama.cpp can offload to, as llama-server prints it."""
     from app.engine.llama.ggml import describe_devices, load_ggml_backends
@@ -99,12 +133,7 @@ def print_devices() -> None:
 def prepare(argv: Sequence[str], environ: Mapping[str, str]) -> tuple[Settings, str, VertexEnvironment | None, int]:
     """Everything checked before gunicorn starts; exits 2 on a bad flag, 1 on a bad environment."""
     settings = parse_settings(argv, environ)
-    if settings.version:
-        print(version_text())
-        sys.exit(0)
-    if settings.list_devices:
-        print_devices()
-        sys.exit(0)
+    print_and_exit(settings)
     configure_logging(log_options(settings, environ))
     for note in settings.notes:  # llama-server flags that have no effect here
         log.warning("%s", note)

@@ -1,10 +1,9 @@
-"""llama-server's chat flags with the real model: --no-prefill-assistant, --reasoning-preserve and
---skip-chat-parsing, each against the default behaviour of the session's server."""
+"""llama-server's chat and output flags with the real model: --no-prefill-assistant,
+--reasoning-preserve, --skip-chat-parsing and --special, each against a server without them."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -31,7 +30,7 @@ def flagged(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     root = tmp_path_factory.mktemp("chat-flags")
     (root / "template.jinja").write_text(TEMPLATE)
     server = start(root, ["-np", "1", "-c", "2048", "--chat-template-file", str(root / "template.jinja"),
-                          "--no-prefill-assistant", "--reasoning-preserve", "--skip-chat-parsing"])
+                          "--no-prefill-assistant", "--reasoning-preserve", "--skip-chat-parsing", "--special"])
     yield server
     assert server.stop() == 0, server.log()
 
@@ -71,3 +70,14 @@ def test_skip_chat_parsing_leaves_a_tool_call_in_the_content(flagged: Server, pl
     message = raw["choices"][0]["message"]
     assert not message.get("tool_calls") and "get_weather" in message["content"]
     assert raw["choices"][0]["finish_reason"] != "tool_calls"
+
+
+def test_special_writes_special_tokens_in_the_text(flagged: Server, plain: Server) -> None:
+    """<|im_start|> (a control token, not an end of generation) forced by a logit bias: left out of the
+    text by default, written with --special."""
+    token = requests.post(plain.url("/tokenize"), json={"content": "<|im_start|>"}, timeout=30).json()["tokens"]
+    assert len(token) == 1
+    body = {"prompt": "Hello", "n_predict": 1, "logit_bias": [[token[0], 100.0]], "temperature": 0}
+    for server, text in ((plain, ""), (flagged, "<|im_start|>")):
+        reply = requests.post(server.url("/completion"), json=body, timeout=60).json()
+        assert reply["tokens_predicted"] == 1 and reply["content"] == text

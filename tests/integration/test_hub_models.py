@@ -4,6 +4,8 @@ and --offline serves the cached copy with the Hub gone."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -50,6 +52,10 @@ def test_a_hub_model_with_its_projector_and_then_offline(server_dir: Path, tmp_p
         assert requests.get(server.url("/props"), timeout=10).json()["model_path"].endswith(".Q4_1.gguf")
     finally:
         assert server.stop() == 0, server.log()
+    listed = subprocess.run([sys.executable, "-m", "app", "--cache-list", "--model-cache-dir", str(cache)],
+                            capture_output=True, text=True, timeout=60, check=True).stdout.splitlines()
+    assert listed[0] == "number of models in cache: 1"  # the model, not its projector
+    assert listed[1].strip().startswith("1. someone/SmolLM2-GGUF:") and listed[1].endswith(".Q4_1.gguf")
 
 
 def test_a_tag_the_repository_lacks_stops_with_the_files_listed(server_dir: Path, tmp_path: Path,

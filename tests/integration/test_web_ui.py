@@ -358,7 +358,8 @@ def check_pages_answer_while_loading(server: Server) -> None:
 
 @pytest.fixture(scope="module")
 def keyed_ui_server(server_dir: Path) -> Iterator[Server]:
-    server = start(server_dir, ["--api-key", "ui-secret", "-np", "2", "-c", "2048"])
+    server = start(server_dir, ["--api-key", "ui-secret", "-np", "2", "-c", "2048",
+                                "--ui-config", '{"temperature": 0.25, "system": "Be brief.", "unknown": 1}'])
     yield server
     assert server.stop() == 0, server.log()
 
@@ -378,11 +379,15 @@ def test_the_key_prompt(keyed_ui_server: Server, page: Page, console: Console) -
     expect(page.locator("body[data-ready=true]")).to_have_count(1)
     expect(page.locator("#tab-vertex")).to_be_hidden()  # no predict route outside Vertex AI mode
     page.locator("#chat-settings summary").click()
+    expect(page.locator("input[name=temperature]")).to_have_value("0.25")  # --ui-config's defaults
+    expect(page.locator("textarea[name=system]")).to_have_value("Be brief.")
     page.locator("input[name=max_tokens]").fill("16")  # the answer ends after 16 tokens at most
     with page.expect_request("**/v1/chat/completions") as sent:
         send_chat(page, "Hi")
     assert sent.value.headers["authorization"] == "Bearer ui-secret"
-    assert json.loads(sent.value.post_data or "{}")["max_tokens"] == 16
+    sent_body = json.loads(sent.value.post_data or "{}")
+    assert sent_body["max_tokens"] == 16 and sent_body["temperature"] == 0.25
+    assert sent_body["messages"][0] == {"role": "system", "content": "Be brief."}
     expect(page.locator(".message.assistant").last.locator(".stats")).to_contain_text("tokens/s")
     # only the two refused /props requests reached the console
     assert all("401" in error for error in console.errors), console.errors

@@ -133,3 +133,14 @@ def test_reasoning_flags_and_fields_reach_the_template(flags: tuple[str, ...], f
         assert prompt.endswith(rendered)
     finally:
         app.shutdown()
+
+
+def test_the_bash_completion_completes_the_flags() -> None:
+    import subprocess
+
+    from app.server.cli import bash_completion
+
+    script = bash_completion() + '\nCOMP_WORDS=(python --models-); COMP_CWORD=1; _vertex_llama_completions; ' \
+                                 'printf "%s\\n" "${COMPREPLY[@]}"'
+    completed = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=30, check=True)
+    assert completed.stdout.split() == ["--models-autoload", "--models-dir", "--models-max", "--models-preset"]

@@ -286,3 +286,15 @@ def test_an_options_declared_bounds_are_enforced_and_named(flag: str, value: str
         parse_settings([flag, value], {}, error=lambda message: None)
     dest = next(option.dest for option in OPTIONS if flag in option.flags)
     assert getattr(parse_settings([flag, "1"], {}), dest) == 1  # within the bounds: taken
+
+
+def test_the_ui_config_is_a_json_object_from_the_flag_over_the_file(tmp_path: Path) -> None:
+    file = tmp_path / "ui.json"
+    file.write_text('{"temperature": 0.5, "top_k": 7}')
+    settings = parse_settings(["--ui-config-file", str(file), "--webui-config", '{"temperature": 0.1}'], {})
+    assert settings.ui_settings == {"temperature": 0.1, "top_k": 7}
+    for argv, message in ((["--ui-config", "[1]"], "--ui-config: must be a JSON object"),
+                          (["--ui-config", "{"], "--ui-config: not JSON"),
+                          (["--ui-config-file", str(tmp_path / "missing.json")], "--ui-config-file: cannot read")):
+        with pytest.raises(SettingsError, match=message):
+            parse_settings(argv, {}, error=lambda message: None)

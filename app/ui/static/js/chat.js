@@ -53,6 +53,12 @@ export class ChatView {
       max_tokens: params.n_predict > 0 ? params.n_predict : "",
       seed: params.seed === RANDOM_SEED || params.seed < 0 ? "" : params.seed,
     };
+    // the server's --ui-config: defaults for the fields of this form
+    for (const [name, value] of Object.entries(props.ui_settings || {})) {
+      if (SETTING_FIELDS.includes(name)) {
+        this.defaults[name] = value;
+      }
+    }
     this.fillSettings({ ...this.defaults, ...loadObject("chat-settings") });
     byId("image-picker").hidden = !(props.modalities && props.modalities.vision);
     this.ready = true;
