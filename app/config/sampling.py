@@ -67,6 +67,11 @@ class SamplingSettings:
         "default Mirostat learning rate (eta)", minimum=0)
     mirostat_tau: float = option(("--mirostat-ent",), "float", _SAMPLING.mirostat_tau,
         "default Mirostat target entropy (tau)", minimum=0)
+    adaptive_target: float = option(("--adaptive-target",), "float", _SAMPLING.adaptive_target,
+        "adaptive-p (add adaptive_p to --samplers): pick tokens near this probability, 0.0 to 1.0 (negative: off)",
+        maximum=1.0, metavar="N")
+    adaptive_decay: float = option(("--adaptive-decay",), "float", _SAMPLING.adaptive_decay,
+        "adaptive-p's decay: lower adapts faster, 0.0 to 0.99", minimum=0.0, maximum=0.99, metavar="N")
     ignore_eos: bool = option(("--ignore-eos",), "bool", _SAMPLING.ignore_eos,
         "by default, generate past end-of-generation tokens (until the token limit)")
     samplers: str | None = option(("--samplers",), "str", None,
@@ -103,6 +108,7 @@ class SamplingSettings:
                        dry_penalty_last_n=self.dry_penalty_last_n, dynatemp_range=self.dynatemp_range,
                        dynatemp_exponent=self.dynatemp_exponent, mirostat=int(self.mirostat),
                        mirostat_eta=self.mirostat_eta, mirostat_tau=self.mirostat_tau, ignore_eos=self.ignore_eos,
+                       adaptive_target=self.adaptive_target, adaptive_decay=self.adaptive_decay,
                        samplers=self.sampler_order or _SAMPLING.samplers, logit_bias=self.default_logit_bias,
                        dry_sequence_breakers=self.dry_breakers)
 

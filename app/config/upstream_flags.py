@@ -72,8 +72,6 @@ TREATMENTS: dict[str, Treatment] = {
     "--control-vector-scaled": _refuse(f"control vectors: {RESULTS}"),
     "--control-vector-layer-range": _refuse(f"control vectors: {RESULTS}"),
     "--escape": _warn("escapes are a llama-cli prompt feature; the server takes JSON"),
-    "--adaptive-target": _refuse(f"the adaptive sampler: {RESULTS}"),
-    "--adaptive-decay": _refuse(f"the adaptive sampler: {RESULTS}"),
     "--backend-sampling": _warn("sampling runs on the CPU here, with the same result"),
     # memory, placement and loading: speed and memory only
     "--kv-unified-per-slot": _warn("each slot has its own KV cells here"),

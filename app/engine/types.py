@@ -18,7 +18,7 @@ NUMA_STRATEGIES = ("distribute", "isolate", "numactl")  # --numa
 SPLIT_MODES = ("none", "layer", "row", "tensor")  # --split-mode
 KV_OVERRIDE_TYPES = ("int", "float", "bool", "str")  # --override-kv KEY=TYPE:VALUE
 SAMPLER_LETTERS = {"e": "penalties", "d": "dry", "s": "top_n_sigma", "k": "top_k", "y": "typ_p",
-                   "p": "top_p", "m": "min_p", "x": "xtc", "t": "temperature"}
+                   "p": "top_p", "m": "min_p", "x": "xtc", "t": "temperature", "a": "adaptive_p"}
 SAMPLER_NAMES = {name: name for name in SAMPLER_LETTERS.values()} | {
     "typical_p": "typ_p", "typical": "typ_p", "temp": "temperature", "nucleus": "top_p",
 }
@@ -80,6 +80,8 @@ class SamplingParams:
     mirostat: int = 0
     mirostat_tau: float = 5.0
     mirostat_eta: float = 0.1
+    adaptive_target: float = -1.0  # adaptive-p (with adaptive_p in samplers): tokens near this probability
+    adaptive_decay: float = 0.90  # adaptive-p's moving average: history of about 1 / (1 - decay) tokens
     samplers: tuple[str, ...] = DEFAULT_SAMPLERS
     grammar: str = ""
     n_probs: int = 0

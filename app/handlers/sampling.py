@@ -34,6 +34,7 @@ BOUNDS: dict[str, dict[str, Any]] = {
 CLAMPS: dict[str, tuple[float, float]] = {
     "temperature": (0.0, math.inf), "top_k": (0, math.inf), "top_p": (0.0, 1.0), "min_p": (0.0, 1.0),
     "xtc_probability": (0.0, 1.0), "xtc_threshold": (0.0, 1.0), "mirostat": (0, 2),
+    "adaptive_decay": (0.0, 0.99),
 }
 # Below these floors a value means "the default" (llama-server: a DRY base under 1 is ignored).
 FLOORS: dict[str, float] = {"dry_base": 1.0}

@@ -83,7 +83,8 @@ SLOT_METRICS_FIELDS = (
     "seed", "temperature", "dynatemp_range", "dynatemp_exponent", "top_k", "top_p", "min_p", "top_n_sigma",
     "xtc_probability", "xtc_threshold", "typical_p", "repeat_last_n", "repeat_penalty", "presence_penalty",
     "frequency_penalty", "dry_multiplier", "dry_base", "dry_allowed_length", "dry_penalty_last_n", "mirostat",
-    "mirostat_tau", "mirostat_eta", "max_tokens", "n_predict", "n_keep", "n_discard", "ignore_eos", "stream",
+    "mirostat_tau", "mirostat_eta", "adaptive_target", "adaptive_decay",
+    "max_tokens", "n_predict", "n_keep", "n_discard", "ignore_eos", "stream",
     "n_probs", "min_keep", "samplers", "timings_per_token", "post_sampling_probs", "lora",
 )
 

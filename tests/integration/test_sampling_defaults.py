@@ -5,6 +5,7 @@ of answers that give no logit_bias of their own. One server at a time."""
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -71,5 +72,30 @@ def test_n_predict_is_the_default_budget_and_a_requests_own_wins(tmp_path: Path)
             "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 7, "ignore_eos": True}).json()
         assert default["tokens_predicted"] == 4 and own["tokens_predicted"] == 9
         assert chat["usage"]["completion_tokens"] == 7
+    finally:
+        assert server.stop() == 0, server.log()
+
+
+def test_the_adaptive_p_sampler_picks_tokens_near_its_target(tmp_path: Path) -> None:
+    """--samplers with adaptive_p and --adaptive-target: the chosen tokens are the model's unlikely ones,
+    reproducibly for a seed; a request's own samplers (without it) sample as before."""
+    server = start(tmp_path, ["-np", "1", "-c", "1024", "--samplers", "penalties;adaptive_p",
+                              "--adaptive-target", "0.05", "--adaptive-decay", "0.5"])
+
+    def chosen_probability(**extra: object) -> tuple[float, str]:
+        reply = requests.post(server.url("/completion"), timeout=120, json={
+            "prompt": "The history of France is", "n_predict": 32, "seed": 3, "n_probs": 1, **extra}).json()
+        probabilities = [math.exp(entry["logprob"]) for entry in reply["completion_probabilities"]]
+        assert reply["generation_settings"]["adaptive_target"] == extra.get("adaptive_target", 0.05)
+        assert reply["generation_settings"]["adaptive_decay"] == 0.5
+        return sum(probabilities) / len(probabilities), reply["content"]
+
+    try:
+        adaptive, text = chosen_probability()
+        assert chosen_probability() == (adaptive, text)  # a seed reproduces it
+        greedy, _ = chosen_probability(temperature=0)
+        assert adaptive < greedy / 2
+        per_request, _ = chosen_probability(samplers=["adaptive_p"], adaptive_target=1.0)
+        assert per_request > adaptive  # the request's own target
     finally:
         assert server.stop() == 0, server.log()

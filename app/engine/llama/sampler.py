@@ -77,10 +77,15 @@ def new_sampler(params: SamplingParams, ctx: Any, vocab: LlamaVocabulary, n_ctx_
             _add(chain, lc.llama_sampler_init_mirostat_v2(params.seed, params.mirostat_tau, params.mirostat_eta))
         return LlamaSampler(chain, ctx, n_vocab, params.n_probs, params.post_sampling_probs)
     for name in params.samplers:
-        sampler = _stage(name, params, vocab, n_ctx_seq, min_keep, greedy)
+        sampler = None if name == "adaptive_p" else _stage(name, params, vocab, n_ctx_seq, min_keep, greedy)
         if sampler is not None:
             _add(chain, sampler)
-    _add(chain, lc.llama_sampler_init_greedy() if greedy else lc.llama_sampler_init_dist(params.seed))
+    if greedy:
+        _add(chain, lc.llama_sampler_init_greedy())
+    elif "adaptive_p" in params.samplers:  # it picks the token itself, so it ends the chain in dist's place
+        _add(chain, lc.llama_sampler_init_adaptive_p(params.adaptive_target, params.adaptive_decay, params.seed))
+    else:
+        _add(chain, lc.llama_sampler_init_dist(params.seed))
     return LlamaSampler(chain, ctx, n_vocab, params.n_probs, params.post_sampling_probs)
 
 def _stage(name: str, params: SamplingParams, vocab: LlamaVocabulary, n_ctx_seq: int, min_keep: int,
