@@ -183,14 +183,16 @@ def test_every_sampling_field_a_request_sets_reaches_the_job(client: FlaskClient
                "ignore_eos": True, "min_keep": 2, "dynatemp_range": 0.2, "dynatemp_exponent": 1.5,
                "top_n_sigma": 1.0, "xtc_probability": 0.3, "xtc_threshold": 0.2, "dry_multiplier": 0.5,
                "dry_base": 2.0, "dry_allowed_length": 3, "dry_penalty_last_n": 16, "mirostat": 2,
-               "mirostat_tau": 4.0, "mirostat_eta": 0.2, "post_sampling_probs": True}
+               "mirostat_tau": 4.0, "mirostat_eta": 0.2, "post_sampling_probs": True, "adaptive_target": 0.3,
+               "adaptive_decay": 0.5}
     assert set(changed) == set(DIRECT)
     body = client.post("/completion", json={"prompt": PROMPT, "n_predict": 2, **changed}).json
     assert body is not None
     settings = body["generation_settings"]
     assert {name: settings[name] for name in changed} == changed
     clamped = client.post("/completion", json={"prompt": PROMPT, "n_predict": 1, "temperature": -1, "top_p": 3,
-                                               "mirostat": 9, "dry_base": 0.5}).json
+                                               "mirostat": 9, "dry_base": 0.5, "adaptive_decay": 2}).json
     assert clamped is not None
-    assert [clamped["generation_settings"][k] for k in ("temperature", "top_p", "mirostat", "dry_base")] == [
-        0.0, 1.0, 2, SamplingParams().dry_base]
+    assert [clamped["generation_settings"][k] for k in ("temperature", "top_p", "mirostat", "dry_base",
+                                                        "adaptive_decay")] == [0.0, 1.0, 2, SamplingParams().dry_base,
+                                                                               0.99]
