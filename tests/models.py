@@ -120,3 +120,23 @@ def with_metadata(source: Path, target: Path, values: dict[str, tuple[gguf.GGUFV
     copy_with_new_metadata(reader, writer, {key: MetadataDetails(kind, value) for key, (kind, value) in values.items()},
                            [])
     return target
+
+
+def make_control_vector(path: Path, base: Path, seed: int = 0, scale: float = 4.0, layers: int | None = None
+                        ) -> Path:
+    """A control vector for ``base``: a ``direction.N`` float32 vector of the model's width for each of its
+    layers from 1 (or the first ``layers``), as llama.cpp's cvector-generator writes them."""
+    reader = gguf.GGUFReader(str(base))
+    arch = str(bytes(reader.fields["general.architecture"].parts[-1]), "utf-8")
+    n_embd = int(reader.fields[f"{arch}.embedding_length"].parts[-1][0])
+    n_layer = int(reader.fields[f"{arch}.block_count"].parts[-1][0])
+    rng = np.random.default_rng(seed)
+    writer = gguf.GGUFWriter(str(path), arch="controlvector")
+    writer.add_string("controlvector.model_hint", arch)
+    for layer in range(1, (layers or n_layer) + 1):
+        writer.add_tensor(f"direction.{layer}", (rng.standard_normal(n_embd) * scale).astype(np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path

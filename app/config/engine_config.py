@@ -21,7 +21,7 @@ def draft_config(settings: Settings, target: LlamaConfig, draft_path: str) -> Ll
                       devices=settings.draft_devices)
     return replace(target, model_path=draft_path, n_gpu_layers=settings.draft_gpu_layers, n_threads=threads,
                    n_threads_batch=settings.spec_draft_threads_batch if settings.spec_draft_threads_batch > 0
-                   else threads, loras=(), mmproj=None, cache_type_k=settings.spec_draft_type_k,
+                   else threads, loras=(), control_vectors=(), mmproj=None, cache_type_k=settings.spec_draft_type_k,
                    cache_type_v=settings.spec_draft_type_v, loading=loading, fit=FitConfig(), draft=None)
 
 
@@ -39,6 +39,8 @@ def llama_config(settings: Settings, model_path: str, mmproj_path: str | None = 
         flash_attn=settings.flash_attn_mode,
         verbose=settings.debug_logs,
         loras=tuple(path for path, _ in settings.lora_adapters),
+        control_vectors=settings.control_vectors,
+        control_layers=settings.control_vector_layer_range,
         embed_pooling="rank" if settings.reranking else settings.pooling,
         embed_n_ctx=settings.ubatch_size,
         mmproj=mmproj_path,

@@ -142,6 +142,14 @@ class ModelSettings:
     lora_scaled: tuple[tuple[str, float], ...] = option(("--lora-scaled",), "scaled", (),
         "LoRA adapters with their scales, llama-server's FNAME:SCALE,... (or FNAME SCALE); repeatable",
         metavar="FNAME:SCALE")
+    control_vector: tuple[str, ...] = option(("--control-vector",), "paths", (),
+        "a control vector file (GGUF direction.N tensors) added at scale 1; comma-separated or repeatable",
+        metavar="FNAME")
+    control_vector_scaled: tuple[tuple[str, float], ...] = option(("--control-vector-scaled",), "scaled", (),
+        "control vectors with their scales, FNAME:SCALE,...; repeatable", metavar="FNAME:SCALE")
+    control_vector_layer_range: tuple[int, int] | None = option(("--control-vector-layer-range",), "range", None,
+        "the layers the control vectors apply to, START and END inclusive (default: every layer)",
+        metavar=("START", "END"))
     lora_init_without_apply: bool = option(("--lora-init-without-apply",), "bool", False,
         "load the LoRA adapters at scale 0 (apply them later with POST /lora-adapters or a request's lora)")
     mmproj: str | None = option(("-mm", "--mmproj"), "str", None,
@@ -211,6 +219,11 @@ class ModelSettings:
         except ValueError:
             raise SettingsError(f"--tensor-split/-ts: {self.tensor_split!r} is not a list of numbers, e.g. 3,1"
                                 ) from None
+
+    @property
+    def control_vectors(self) -> tuple[tuple[str, float], ...]:
+        """Every control vector with its scale: ``--control-vector`` ones at 1, then ``--control-vector-scaled``."""
+        return tuple((path, 1.0) for path in self.control_vector) + self.control_vector_scaled
 
     @property
     def lora_adapters(self) -> tuple[tuple[str, float], ...]:

@@ -9,7 +9,7 @@ from typing import Any, Literal
 
 from app.engine.types import KV_OVERRIDE_TYPES, KvOverride
 
-Kind = Literal["str", "int", "float", "bool", "keys", "choice", "paths", "scaled", "texts"]
+Kind = Literal["str", "int", "float", "bool", "keys", "choice", "paths", "scaled", "texts", "range"]
 
 TRUE = frozenset({"true", "1", "on", "enabled", "yes"})
 FALSE = frozenset({"false", "0", "off", "disabled", "no"})
@@ -62,6 +62,11 @@ def convert(option: Option, raw: str, where: str) -> Any:
             value = tuple(key.strip() for key in raw.split(",") if key.strip())
         elif option.kind == "texts":
             value = (raw,) if raw else ()
+        elif option.kind == "range":  # two integers: START END (or START,END from the environment)
+            parts = raw.replace(",", " ").split()
+            if len(parts) != 2:
+                raise ValueError(raw)
+            value = (int(parts[0]), int(parts[1]))
         elif option.kind == "choice":
             if raw not in option.choices:
                 raise ValueError(raw)

@@ -104,6 +104,9 @@ def build_parser(prog: str = "python -m app") -> argparse.ArgumentParser:
         elif option.kind == "scaled":
             parser.add_argument(*option.flags, dest=option.dest, action="append", nargs="+",
                                 default=argparse.SUPPRESS, metavar=option.metavar, help=help_text)
+        elif option.kind == "range":
+            parser.add_argument(*option.flags, dest=option.dest, nargs=2, default=argparse.SUPPRESS,
+                                metavar=option.metavar or ("START", "END"), help=help_text)
         else:
             parser.add_argument(*option.flags, dest=option.dest, default=argparse.SUPPRESS,
                                 metavar=option.metavar or option.dest.upper(),
@@ -189,6 +192,8 @@ def parse_settings(
                     )
                 elif option.kind == "scaled":
                     values[option.dest] = tuple(pair for given in raw for pair in scaled(given, _flag_name(option)))
+                elif option.kind == "range":
+                    values[option.dest] = convert(option, " ".join(raw), _flag_name(option))
                 else:
                     values[option.dest] = convert(option, raw, _flag_name(option))
             elif option.secret and option.kind == "keys" and option.env and environ.get(option.env) == "":

@@ -68,9 +68,6 @@ TOOLS = _refuse("server-side tools and MCP are not implemented here; give tools 
 
 TREATMENTS: dict[str, Treatment] = {
     # context, KV cache and RoPE: the numbers the model computes
-    "--control-vector": _refuse(f"control vectors: {RESULTS}"),
-    "--control-vector-scaled": _refuse(f"control vectors: {RESULTS}"),
-    "--control-vector-layer-range": _refuse(f"control vectors: {RESULTS}"),
     "--escape": _warn("escapes are a llama-cli prompt feature; the server takes JSON"),
     "--backend-sampling": _warn("sampling runs on the CPU here, with the same result"),
     # memory, placement and loading: speed and memory only

@@ -32,7 +32,7 @@ class Flag:
 def _flag_table() -> dict[str, Flag]:
     table: dict[str, Flag] = {}
     for option in OPTIONS:
-        values = 0 if option.kind == "bool" else -1 if option.kind == "scaled" else 1
+        values = {"bool": 0, "scaled": -1, "range": 2}.get(option.kind, 1)
         for flag in option.flags:
             table[flag] = Flag(option.flags[-1], option.dest, values)
         for flag in option.negative_flags:

@@ -12,13 +12,15 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import gguf
+import numpy as np
 import openai
 import pytest
 import requests
 
 from app.model_sources.files import embedded_model_path
-from tests.integration.conftest import Server, start
-from tests.models import make_lora, make_reranker
+from tests.integration.conftest import Server, launch, start
+from tests.models import make_control_vector, make_lora, make_reranker
 
 
 @pytest.fixture(scope="module")
@@ -394,3 +396,32 @@ def test_lora_init_without_apply_loads_the_adapter_at_scale_zero(models: dict[st
         assert first_token_logprobs(held) != unapplied
     finally:
         assert held.stop() == 0, held.log()
+
+
+def test_control_vectors_steer_the_model(tmp_path: Path) -> None:
+    """--control-vector and --control-vector-scaled change the logits by their scale; at scale 0 they
+    change nothing; --control-vector-layer-range limits them; a file of the wrong width stops the start."""
+    vector = make_control_vector(tmp_path / "steer.gguf", embedded_model_path())
+
+    def logprobs(*args: str) -> list[float]:
+        held = start(tmp_path, ["-np", "1", "-c", "1024", *args])
+        try:
+            return first_token_logprobs(held)
+        finally:
+            assert held.stop() == 0, held.log()
+
+    plain = logprobs()
+    assert logprobs("--control-vector-scaled", f"{vector}:0") == plain
+    steered = logprobs("--control-vector", str(vector))
+    assert steered != plain
+    assert logprobs("--control-vector", str(vector), "--control-vector-layer-range", "1", "2") not in (plain, steered)
+    narrow = tmp_path / "narrow.gguf"
+    gguf_writer = gguf.GGUFWriter(str(narrow), arch="controlvector")
+    gguf_writer.add_tensor("direction.1", np.ones(7, dtype=np.float32))
+    gguf_writer.write_header_to_file()
+    gguf_writer.write_kv_data_to_file()
+    gguf_writer.write_tensors_to_file()
+    gguf_writer.close()
+    refused = launch(tmp_path, ["-np", "1", "-c", "1024", "--control-vector", str(narrow)])
+    assert refused.process.wait(120) == 4
+    assert "its vectors have 7 values" in refused.log()

@@ -36,9 +36,11 @@ def importers_of(package: str) -> list[str]:
 
 def test_only_the_bindings_module_imports_llama_cpp_and_only_logits_imports_numpy() -> None:
     """llama_cpp through app/engine/llama/bindings.py alone (it skips the package's heavy __init__);
-    numpy in app/engine/llama/logits.py alone (imported beside the model's load, not before it)."""
+    numpy in app/engine/llama/logits.py (imported beside the model's load, not before it) and in
+    control_vectors.py's functions (only when control vectors are given; the next test checks that the
+    backend's import loads no numpy)."""
     assert importers_of("llama_cpp") == ["app/engine/llama/bindings.py"]
-    assert importers_of("numpy") == ["app/engine/llama/logits.py"]
+    assert importers_of("numpy") == ["app/engine/llama/control_vectors.py", "app/engine/llama/logits.py"]
 
 
 def test_the_bindings_load_without_llama_cpp_python_s_high_level_package() -> None:

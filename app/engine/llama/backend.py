@@ -19,6 +19,7 @@ from app.engine.backend import BatchEntry, BatchMedia, BatchToken, ModelInfo, Se
 from app.engine.errors import DecodeError, MediaError, ModelLoadError, UnsupportedError
 from app.engine.llama.bindings import bindings_version, lc
 from app.engine.llama.config import LlamaConfig
+from app.engine.llama.control_vectors import apply_control_vectors
 from app.engine.llama.embedder import POOLING_NAMES, LlamaEmbedder
 from app.engine.llama.ggml import gpu_free_bytes, set_up_llama_cpp
 from app.engine.llama.media import LlamaMedia
@@ -101,6 +102,12 @@ class LlamaBackend:
                 self.close()
                 raise ModelLoadError(f"llama.cpp could not load the LoRA adapter {path}")
             self._adapters.append(adapter)
+        if config.control_vectors:
+            try:
+                apply_control_vectors(self._ctx, self._model, config.control_vectors, config.control_layers)
+            except ModelLoadError:
+                self.close()
+                raise
         if config.mmproj:
             try:
                 self.media = LlamaMedia(self._model, config.mmproj, config.n_threads_batch,

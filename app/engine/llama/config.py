@@ -65,6 +65,8 @@ class LlamaConfig:
     flash_attn: str = "auto"
     verbose: bool = False
     loras: tuple[str, ...] = ()
+    control_vectors: tuple[tuple[str, float], ...] = ()  # (file, scale), summed into one vector a layer
+    control_layers: tuple[int, int] | None = None  # the first and last layer they apply to; None: every layer
     embed_pooling: str = "unspecified"  # none, mean, cls, last, rank, or the model's own
     embed_n_ctx: int = 512
     embed_n_seq: int = 64

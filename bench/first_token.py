@@ -1,0 +1,133 @@
+"""Time to first token, this server against llama-server (bench/llama_server.py), in one run.
+
+    .venv/bin/python bench/first_token.py [--runs 40] [--threads 2] [--slots 16] [--ctx-size 16384]
+
+For each server, one after the other with the same flags (``-np 16 -c 16384 -t 2`` by default, as
+issue 29 measured): three warm-up chats, then ``--runs`` streamed chats of 16 tokens (temperature 0)
+for each case, one at a time:
+
+- ``short``: four different short questions in turn (each a new conversation);
+- ``cached prefix``: the same long system prompt (about 600 tokens) with a different question each
+  time, so that the prefix comes from the slot's KV cells (or the prompt cache);
+- ``one token``: a chat that asks for a single token, so the whole time is the request's overhead and
+  its prompt.
+
+Prints the median, the 10th and 90th percentiles, the minimum and the maximum of each, and the ratio of
+the medians ours / llama-server. The server's own ``timings.prompt_ms`` of each answer is also
+collected: the client's time less it is the time outside the prompt's decode (HTTP, parsing, the
+template, tokenizing, queueing, the first sampling and the first chunk). Not a test: timings on shared
+machines are noisy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import requests
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from app.model_sources.files import embedded_model_path  # noqa: E402
+from bench.report import free_port, peer_command, running  # noqa: E402
+
+SHORT = ["What is the capital of France?", "Name three colours.", "Why is the sky blue?", "Say hello."]
+SYSTEM = ("You are a careful assistant for a travel company. " * 60).strip()
+
+
+def first_token(base: str, messages: list[dict[str, str]], max_tokens: int) -> tuple[float, float]:
+    """(seconds to the first content chunk, the server's prompt_ms for the prompt)."""
+    session = requests.Session()
+    body: dict[str, Any] = {"model": "m", "messages": messages, "max_tokens": max_tokens, "temperature": 0,
+                            "stream": True, "timings_per_token": True}
+    started = time.perf_counter()
+    first = 0.0
+    prompt_ms = 0.0
+    with session.post(base + "/v1/chat/completions", json=body, stream=True, timeout=300) as reply:
+        reply.raise_for_status()
+        for line in reply.iter_lines(decode_unicode=True):
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            chunk = json.loads(line[6:])
+            choices = chunk.get("choices") or [{}]
+            if not first and choices[0].get("delta", {}).get("content"):
+                first = time.perf_counter() - started
+            timings = chunk.get("timings") or {}
+            prompt_ms = timings.get("prompt_ms", prompt_ms)
+    return first, prompt_ms
+
+
+Case = Callable[[int], tuple[list[dict[str, str]], int]]
+CASES: dict[str, Case] = {
+    "short": lambda i: ([{"role": "user", "content": SHORT[i % len(SHORT)]}], 16),
+    "cached prefix": lambda i: ([{"role": "system", "content": SYSTEM},
+                                 {"role": "user", "content": SHORT[i % len(SHORT)]}], 16),
+    "one token": lambda i: ([{"role": "user", "content": SHORT[i % len(SHORT)]}], 1),
+}
+
+
+def measure(base: str, runs: int) -> dict[str, tuple[list[float], list[float]]]:
+    for i in range(3):
+        first_token(base, *CASES["short"](i))
+    results: dict[str, tuple[list[float], list[float]]] = {}
+    for name, case in CASES.items():
+        times, prompts = [], []
+        for i in range(runs):
+            seconds, prompt_ms = first_token(base, *case(i))
+            times.append(seconds * 1000)
+            prompts.append(prompt_ms)
+        results[name] = (times, prompts)
+    return results
+
+
+def spread(values: list[float]) -> str:
+    ordered = sorted(values)
+    tenth, ninetieth = ordered[len(ordered) // 10], ordered[(len(ordered) * 9) // 10]
+    return (f"{statistics.median(ordered):6.1f} ({tenth:5.1f}-{ninetieth:5.1f}, min {ordered[0]:5.1f}, "
+            f"max {ordered[-1]:6.1f})")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--runs", type=int, default=40)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--slots", default="16")
+    parser.add_argument("--ctx-size", default="16384")
+    parser.add_argument("--ours-only", action="store_true", help="measure this server alone")
+    parser.add_argument("--extra", default="", help="more flags for this server, space-separated")
+    args = parser.parse_args()
+    model = str(embedded_model_path())
+    rows = {}
+    port = free_port()
+    ours = [sys.executable, "-m", "app", "-m", model, "--port", str(port), "-np", args.slots, "-c", args.ctx_size,
+            "-t", str(args.threads), *args.extra.split()]
+    with running(ours, port, "/health", {}) as server:
+        rows["vertex-llama"] = measure(server.base, args.runs)
+    if not args.ours_only:
+        port = free_port()
+        command, cwd = peer_command("llama-server", model, port, args.threads, context=args.ctx_size,
+                                    slots=args.slots)
+        with running(command, port, "/health", {}, cwd=cwd) as server:
+            rows["llama-server"] = measure(server.base, args.runs)
+    print(f"time to first token (ms), {args.runs} runs a case, -np {args.slots} -c {args.ctx_size} "
+          f"-t {args.threads}: median (10th-90th percentile, min, max); outside: the time less prompt_ms")
+    for case in CASES:
+        for name, results in rows.items():
+            times, prompts = results[case]
+            outside = [t - p for t, p in zip(times, prompts, strict=True)]
+            print(f"  {case:14s} {name:13s} {spread(times)}  outside {statistics.median(outside):5.1f}  "
+                  f"prompt_ms {statistics.median(prompts):5.1f}")
+        if len(rows) == 2:
+            mine, theirs = (statistics.median(rows[name][case][0]) for name in ("vertex-llama", "llama-server"))
+            print(f"  {case:14s} ours/llama-server {mine / theirs:.2f}")
+
+
+if __name__ == "__main__":
+    main()
