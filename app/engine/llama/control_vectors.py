@@ -19,6 +19,7 @@ DIRECTION = re.compile(r"^direction\.(\d+)$")
 
 def _one(path: str, scale: float) -> tuple[int, dict[int, np.ndarray]]:
     """A file's vectors by layer, scaled, and their width."""
+    import numpy as np
     from gguf import GGMLQuantizationType, GGUFReader
 
     try:
