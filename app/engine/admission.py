@@ -173,7 +173,8 @@ class Admission:
         assert cache is not None
         request = job.request
         found = cache.best(request.prompt, request.media)
-        if keep < len(slot.cached) // 2:  # the job drops most of what the slot holds: keep that
+        if keep * 2 < len(slot.cached):  # the job keeps under half of what the slot holds (llama-server's
+            # f_keep < 0.5; an integer halving here kept 24 of 49 tokens as "half" and lost the slot's prompt)
             cache.keep(slot.cached, slot.media, lambda: self.backend.read_sequence(slot.id))
         restored = False
         if found is not None and found[1] > keep:
