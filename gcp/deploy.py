@@ -3,7 +3,8 @@
 Each operation is built as the exact ``aiplatform_v1`` request that is sent (``--dry-run`` prints
 it as the API's JSON instead of sending it). The container spec matches what the container reads:
 ``AIP_PREDICT_ROUTE=/predict``, ``AIP_HEALTH_ROUTE=/health``, port 8080, ``LLAMA_ARG_*`` settings,
-and a startup probe that waits for the model (``python -m gcp.probe``).
+a startup probe that waits for the model (``python -m gcp.probe``), a health probe (``/health``: ready to
+serve) and a liveness probe (``/live``: the engine thread is not wedged; a failing one restarts the container).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ PREDICT_ROUTE = "/predict"
 HEALTH_ROUTE = "/health"
 CONTAINER_PORT = 8080
 PROBE_COMMAND = ("python", "-m", "gcp.probe")
+LIVENESS_ROUTE = "/live"
 
 
 @dataclass(frozen=True)
@@ -78,6 +80,10 @@ class UploadSpec:
     deployment_timeout_s: int = 3600
     probe_period_s: int = 10
     probe_timeout_s: int = 5
+    health_failures: int = 3  # health probe: ready to serve (/health 200); traffic stops after 3 failures
+    liveness_period_s: int = 30  # liveness probe: alive (/live); the container restarts after 3 failures
+    liveness_timeout_s: int = 10
+    liveness_failures: int = 3
     invoke: bool = False  # invokeRoutePrefix "/*": every container path under .../invoke/ (no :predict)
     parent_model: str | None = None  # upload a new version of this model
 
@@ -100,6 +106,18 @@ def upload_request(target: Target, spec: UploadSpec) -> v1.UploadModelRequest:
             period_seconds=spec.probe_period_s,
             timeout_seconds=spec.probe_timeout_s,
             failure_threshold=spec.probe_failures,
+        ),
+        health_probe=v1.Probe(
+            http_get=v1.Probe.HttpGetAction(path=HEALTH_ROUTE, port=CONTAINER_PORT),
+            period_seconds=spec.probe_period_s,
+            timeout_seconds=spec.probe_timeout_s,
+            failure_threshold=spec.health_failures,
+        ),
+        liveness_probe=v1.Probe(
+            http_get=v1.Probe.HttpGetAction(path=LIVENESS_ROUTE, port=CONTAINER_PORT),
+            period_seconds=spec.liveness_period_s,
+            timeout_seconds=spec.liveness_timeout_s,
+            failure_threshold=spec.liveness_failures,
         ),
     )
     if spec.invoke:

@@ -43,6 +43,10 @@ class ServingSettings:
         "most tokens to generate for a request that sets no budget (-1 = until the context is full); a "
         "request's own n_predict or max_tokens wins, as in llama-server",
         env="LLAMA_ARG_N_PREDICT", minimum=-1)
+    liveness_seconds: float = option(("--liveness-seconds",), "float", 600.0,
+        "GET /live answers 503 once one engine step (a decode, a prompt's batch) has run this long: a wedged "
+        "llama.cpp call, for a liveness probe to restart the container (0: never)", env="LLAMA_ARG_LIVENESS_SECONDS",
+        minimum=0, metavar="SECONDS")
     special: bool = option(("-sp", "--special"), "bool", False,
         "write special tokens (<|im_start|>, <think>, ...) in the generated text instead of leaving them out")
     spm_infill: bool = option(("--spm-infill",), "bool", False,

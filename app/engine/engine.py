@@ -71,6 +71,7 @@ class Engine(EngineThread):
         self._stats = StatsRecorder()
         self._lora_scales: tuple[float, ...] = self._options.lora_scales
         self._current: Scheduler | None = None
+        self._step_since: float | None = None
         self._outstanding = 0  # submitted generation jobs (followers included) not finished yet
         self._outstanding_lock = threading.Lock()
         self.on_load_failure = on_load_failure
@@ -95,6 +96,19 @@ class Engine(EngineThread):
     @property
     def is_sleeping(self) -> bool:
         return self._ready.is_set() and not self._awake.is_set() and not self._stopped.is_set()
+
+    def stalled(self, limit_seconds: float) -> str | None:
+        """Why the engine is not alive (liveness), or None: its thread ended without being stopped, or one
+        step (a decode, a prompt's batch) has run longer than ``limit_seconds``. Loading, sleeping and
+        waiting for work are alive."""
+        if self._thread is not None and not self._thread.is_alive() and not self._stopped.is_set():
+            return "the engine thread has ended"
+        if self._stopped.is_set() and self._load_error is None and self._ready.is_set():
+            return "the engine has stopped"
+        since = self._step_since
+        if since is not None and limit_seconds > 0 and time.monotonic() - since > limit_seconds:
+            return f"one engine step has run for {time.monotonic() - since:.0f} s (over --liveness-seconds)"
+        return None
 
     def wait_ready(self, timeout: float | None = None) -> bool:
         return self._ready.wait(timeout)

@@ -64,6 +64,7 @@ class EngineThread:
     _load_error: BaseException | None
     _stats: StatsRecorder
     _current: Scheduler | None
+    _step_since: float | None  # when the running step began (monotonic); None between steps
     on_ready: Callable[[], None] | None
     on_load_failure: Callable[[BaseException], None] | None
 
@@ -140,6 +141,7 @@ class EngineThread:
             if busy or scheduler.pending or scheduler.embeddings:
                 idle_since = time.monotonic()
             started = time.perf_counter()
+            self._step_since = time.monotonic()
             try:
                 scheduler.run_controls()
                 scheduler.run_embeddings()
@@ -155,6 +157,8 @@ class EngineThread:
             except Exception as exc:  # a bug must cost the running jobs, never the engine thread
                 log.exception("engine step failed; failing the running jobs and going on")
                 scheduler.fail_running(EngineError(f"internal error: {type(exc).__name__}: {exc}"))
+            finally:
+                self._step_since = None
 
     def _should_sleep(self, idle_since: float, scheduler: Scheduler) -> bool:
         limit = self._options.sleep_idle_seconds

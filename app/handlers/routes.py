@@ -39,6 +39,7 @@ from app.handlers.params import ChatBody
 from app.handlers.responses import ResponsesBody, post_responses, post_responses_input_tokens
 from app.handlers.server_info import (
     get_health,
+    get_live,
     get_metrics,
     get_models,
     get_props,
@@ -88,11 +89,13 @@ class RouteSpec:
     form: bool = False  # a form upload (multipart, or URL-encoded fields); other routes read JSON whatever the type
     replays: bool = False  # streams a resumable session back; its X-Conversation-Id names that session
     local: bool = False  # needs no model (its handler never reads the context): a router answers it itself
+    while_loading: bool = False  # answered while the model loads (liveness)
 
 
 ROUTES: tuple[RouteSpec, ...] = (
     RouteSpec("GET", "/health", get_health, public=True, polled=True),
     RouteSpec("GET", "/v1/health", get_health, public=True, polled=True),
+    RouteSpec("GET", "/live", get_live, public=True, polled=True, while_loading=True),
     RouteSpec("GET", "/metrics", get_metrics, requires=METRICS, polled=True),
     RouteSpec("GET", "/props", get_props, polled=True),
     RouteSpec("POST", "/props", post_props, requires=PROPS),
@@ -146,7 +149,8 @@ ROUTES: tuple[RouteSpec, ...] = (
 def _route(spec: RouteSpec, handler: Handler) -> Route:
     doc = spec.handler.__doc__
     return Route(spec.method, spec.path, spec.handler.__name__, handler, spec.public, spec.body, spec.streams,
-                 doc.strip().splitlines()[0] if doc else "", spec.polled, spec.form, spec.replays, spec.local)
+                 doc.strip().splitlines()[0] if doc else "", spec.polled, spec.form, spec.replays, spec.local,
+                 spec.while_loading)
 
 
 def bind_routes(ctx: ServerContext, specs: Iterable[RouteSpec] = ROUTES) -> tuple[Route, ...]:

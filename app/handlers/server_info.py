@@ -17,6 +17,15 @@ def get_health(ctx: ServerContext, request: ApiRequest) -> ApiReply:
     return ApiReply(body={"status": "ok"})
 
 
+def get_live(ctx: ServerContext, request: ApiRequest) -> ApiReply:
+    """Liveness: 200 while the process and its engine thread work (loading and sleeping too); 503 once the
+    engine thread has ended or one step has run over --liveness-seconds (a liveness probe restarts it)."""
+    problem = ctx.engine.stalled(ctx.settings.liveness_seconds)
+    if problem is not None:
+        raise UnavailableError(problem)
+    return ApiReply(body={"status": "ok"})
+
+
 def _default_request(ctx: ServerContext) -> GenerationRequest:
     """What a request that sets nothing runs with."""
     return GenerationRequest(prompt=(), sampling=ctx.sampling_defaults)

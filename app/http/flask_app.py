@@ -197,7 +197,8 @@ def create_app(
     route_paths = {prefix + flask_rule(route.path) for route in routes}
     static_paths = _static_paths(site, prefix, route_paths)
     install_access_log(app, quiet_endpoints=frozenset(endpoint(route) for route in routes if route.polled))
-    install_middleware(app, is_ready, api_keys, public, is_draining, cors, always_open=static_paths)
+    while_loading = {prefix + route.path for route in routes if route.while_loading}
+    install_middleware(app, is_ready, api_keys, public, is_draining, cors, always_open={*static_paths, *while_loading})
     for route in routes:
         app.add_url_rule(
             prefix + flask_rule(route.path),

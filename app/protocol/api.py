@@ -158,3 +158,4 @@ class Route:
     form: bool = False  # takes a form (multipart or URL-encoded); every other route reads its body as JSON
     replays: bool = False  # streams a session back (GET /v1/stream): never starts one of its own
     local: bool = False  # answered by the server itself with no model behind it: a router keeps its handler
+    while_loading: bool = False  # answered while the model loads too (liveness), not the loading gate's 503

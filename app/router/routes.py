@@ -136,6 +136,10 @@ class Router:
             raise UnavailableError("Loading model")
         return ApiReply(body={"status": "ok"})
 
+    def live(self, request: ApiRequest) -> ApiReply:
+        """The router's process serves (each child has its own liveness, which the router does not mirror)."""
+        return ApiReply(body={"status": "ok"})
+
     def props(self, request: ApiRequest) -> ApiReply:
         if request.params.get("model"):
             return self.proxy_get(request)
@@ -204,7 +208,8 @@ def model_info(state: ModelState, now: int) -> dict[str, Any]:
 
 def router_routes(template: Sequence[Route], router: Router) -> tuple[Route, ...]:
     """``template`` (llama-server's table) with each route's handler replaced, plus the router's own."""
-    own_get: dict[str, Handler] = {"/health": router.health, "/v1/health": router.health, "/props": router.props,
+    own_get: dict[str, Handler] = {"/health": router.health, "/v1/health": router.health, "/live": router.live,
+                                   "/props": router.props,
                                    "/models": router.list_models, "/v1/models": router.list_models,
                                    "/openapi.json": router.openapi}
 

@@ -221,9 +221,10 @@ class WholeResponseWorker(ThreadWorker):  # type: ignore[misc]
 
 
 def health_paths(application: Application | RouterApplication) -> frozenset[bytes]:
-    """Every served path of the health handler (``/health``, ``/v1/health``, ``AIP_HEALTH_ROUTE``)."""
+    """Every served path of the health and liveness handlers (``/health``, ``/v1/health``, ``AIP_HEALTH_ROUTE``,
+    ``/live``): answered by the reserved threads, however busy the others are."""
     return frozenset((application.route_prefix + route.path).encode() for route in application.routes
-                     if route.name == "get_health")
+                     if route.name in ("get_health", "get_live"))
 
 
 def set_up_llama_cpp_early(verbose: bool) -> None:

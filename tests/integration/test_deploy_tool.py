@@ -66,6 +66,9 @@ def test_upload_sends_a_container_spec_the_container_understands(
     assert spec["imageUri"] == "us-docker.pkg.dev/demo/repo/vertex-llama:1"
     assert spec["ports"] == [{"containerPort": 8080}]
     assert spec["startupProbe"]["exec"]["command"] == ["python", "-m", "gcp.probe"]
+    assert spec["healthProbe"]["httpGet"] == {"path": "/health", "port": 8080}
+    assert spec["livenessProbe"]["httpGet"] == {"path": "/live", "port": 8080}
+    assert spec["livenessProbe"]["failureThreshold"] == 3 and spec["livenessProbe"]["periodSeconds"] == 30
     env = {item["name"]: item["value"] for item in spec["env"]}
     known = {option.env for option in OPTIONS}
     assert set(env) <= known, set(env) - known
@@ -77,6 +80,8 @@ def test_upload_sends_a_container_spec_the_container_understands(
         assert props["total_slots"] == 2 and props["default_generation_settings"]["n_ctx"] == 2048
         assert requests.get(server.url("/metrics"), timeout=10).status_code == 200
         assert requests.get(server.url(spec["healthRoute"]), timeout=10).status_code == 200
+        for probe_spec in (spec["healthProbe"], spec["livenessProbe"]):  # what the two HTTP probes ask
+            assert requests.get(server.url(probe_spec["httpGet"]["path"]), timeout=10).status_code == 200
         answer = requests.post(server.url(spec["predictRoute"]), timeout=60,
                                json={"instances": [{"@requestFormat": "health"}]}).json()
         assert answer == {"predictions": [{"status": "ok"}]}

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
 import requests
 
-from tests.integration.conftest import Server, model_in_storage, start
+from tests.integration.conftest import Server, free_port, launch, model_in_storage, start
 
 CHAT = [{"role": "user", "content": "What is the capital of France?"}]
 
@@ -298,3 +299,26 @@ def test_the_cors_proxy_is_llama_servers_answer_when_it_is_off(vertex_server: Se
                                   timeout=10)
         assert answer.status_code == 403 and answer.json()["error"]["type"] == "permission_error"
         assert "--ui-mcp-proxy" in answer.json()["error"]["message"]
+
+
+def test_live_answers_200_while_the_model_loads_and_after(tmp_path: Path) -> None:
+    """/live (the liveness probe's route) is not the loading gate's 503: a container that is still
+    downloading its model is alive."""
+    port = free_port()
+    with model_in_storage() as (host, uri):
+        server = launch(tmp_path, ["-np", "1", "-c", "1024", "--model", uri, "--model-cache-dir", str(tmp_path / "c")],
+                        {"AIP_MODE": "PREDICTION", "AIP_HTTP_PORT": str(port), "AIP_PREDICT_ROUTE": "/predict",
+                         "STORAGE_EMULATOR_HOST": host}, port=port)
+        try:
+            seen: list[tuple[int, int]] = []
+            while not seen or seen[-1][0] != 200:
+                assert server.process.poll() is None, server.log()
+                try:
+                    health = requests.get(server.url("/health"), timeout=5).status_code
+                    seen.append((health, requests.get(server.url("/live"), timeout=5).status_code))
+                except requests.ConnectionError:
+                    time.sleep(0.02)
+            assert (503, 200) in seen and {live for _, live in seen} == {200}
+            assert requests.get(server.url("/live"), timeout=5).json() == {"status": "ok"}
+        finally:
+            assert server.stop() == 0, server.log()

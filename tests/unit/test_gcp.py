@@ -372,7 +372,8 @@ def test_the_installed_aiplatform_has_every_field_the_tool_sends() -> None:
 
     needed: dict[Any, set[str]] = {
         v1.ModelContainerSpec: {"invoke_route_prefix", "predict_route", "health_route", "deployment_timeout",
-                                "startup_probe", "shared_memory_size_mb"},
+                                "startup_probe", "health_probe", "liveness_probe", "shared_memory_size_mb"},
+        v1.Probe: {"exec_", "http_get", "period_seconds", "timeout_seconds", "failure_threshold"},
         v1.DedicatedResources: {"spot", "required_replica_count", "autoscaling_metric_specs"},
         v1.DeployedModel: {"service_account", "display_name"},
         v1.Endpoint: {"dedicated_endpoint_enabled", "client_connection_config", "dedicated_endpoint_dns"},

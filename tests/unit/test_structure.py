@@ -161,10 +161,10 @@ def test_the_route_table() -> None:
     }
     assert expected <= set(keys)
     public = {spec.path for spec in ROUTES if spec.public}
-    assert public == {"/health", "/v1/health", "/models", "/v1/models", "/openapi.json"}
+    assert public == {"/health", "/v1/health", "/live", "/models", "/v1/models", "/openapi.json"}
     polled = {(spec.method, spec.path) for spec in ROUTES if spec.polled}  # llama-server's unlogged requests
-    assert polled == {("GET", "/health"), ("GET", "/v1/health"), ("GET", "/models"), ("GET", "/v1/models"),
-                      ("GET", "/props"), ("GET", "/metrics")}
+    assert polled == {("GET", "/health"), ("GET", "/v1/health"), ("GET", "/live"), ("GET", "/models"),
+                      ("GET", "/v1/models"), ("GET", "/props"), ("GET", "/metrics")}
     for spec in ROUTES:
         assert spec.handler.__name__.startswith(spec.method.lower() + "_"), spec
 
