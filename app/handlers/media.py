@@ -16,6 +16,7 @@ from typing import Any
 from app.engine.errors import MediaError
 from app.engine.types import MediaChunk
 from app.handlers.context import ServerContext
+from app.handlers.media_limits import DecodedLimits, check_decoded_size
 from app.handlers.request_limits import check_media_count
 from app.handlers.url_fetch import FetchPolicy, FetchRefused, fetch
 from app.protocol.errors import InvalidRequestError
@@ -111,6 +112,9 @@ def tokenize_with_media(ctx: ServerContext, text: str, media: Sequence[MediaItem
     projector = ctx.engine.media
     if projector is None:
         raise _refuse(media[0].field, "this model has no multimodal projector: start the server with --mmproj")
+    limits = DecodedLimits(ctx.settings.media_max_pixels, ctx.settings.media_max_seconds)
+    for item in media:
+        check_decoded_size(item.data, item.field, limits)
     try:
         tokens, chunks = projector.tokenize(text, [item.data for item in media], add_special, parse_special)
     except MediaError as exc:

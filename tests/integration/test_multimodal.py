@@ -378,3 +378,15 @@ def test_an_image_to_an_audio_projector_is_a_400(audio_server: Server) -> None:
     assert response.status_code == 400
     assert "messages.0.content.1.image_url.url" in response.json()["error"]["message"]
     assert "takes audio only" in response.json()["error"]["message"]
+
+
+def test_an_image_declaring_too_many_pixels_is_refused_before_it_is_decoded(server: Server) -> None:
+    """A 60-byte PNG whose header declares 50,000 x 50,000 pixels (7.5 GB once decoded): a 400 naming the
+    part and --media-max-pixels, and the server goes on serving."""
+    from tests.unit.test_media_limits import png_declaring
+
+    response = chat(server, [{"type": "text", "text": "Look:"}, image_part(png_declaring(50_000, 50_000))])
+    assert response.status_code == 400, response.text[:300]
+    message = response.json()["error"]["message"]
+    assert "messages.0.content.1" in message and "--media-max-pixels" in message
+    assert answer(chat(server, [image_part(RED)]))
