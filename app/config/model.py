@@ -25,6 +25,11 @@ class ModelSettings:
     model: str | None = option(("-m", "--model"), "str", None,
         "GGUF model path (default: the embedded SmolLM2-135M-Instruct)", env="LLAMA_ARG_MODEL",
         metavar="FNAME")
+    model_url: str | None = option(("-mu", "--model-url"), "str", None,
+        "a model to download from a URL into --model-cache-dir (resumed where a start left it; checked against a "
+        "#sha256=HEX fragment or a SHA-256 ETag)", env="LLAMA_ARG_MODEL_URL", metavar="URL")
+    mmproj_url: str | None = option(("-mmu", "--mmproj-url"), "str", None,
+        "a multimodal projector to download from a URL, as --model-url", env="LLAMA_ARG_MMPROJ_URL", metavar="URL")
     hf_repo: str | None = option(("-hf", "-hfr", "--hf-repo"), "str", None,
         "a model from the Hugging Face Hub, USER/REPO[:QUANT] (default quant Q4_K_M, then Q8_0, then the first "
         "GGUF); its mmproj file too. Downloaded into --model-cache-dir", env="LLAMA_ARG_HF_REPO",

@@ -62,7 +62,7 @@ ONE_TEAM = _warn("one OpenMP team does prompts and generation here: --cpu-mask, 
 ONE_DEVICE = _warn("remote (RPC) devices are not used here: the model is placed on this machine's devices "
                    "(--device, -ngl, -sm, -ts, -mg, --override-tensor)")
 RESULTS = "not implemented here, and ignoring it would change the model's output"
-NO_HUB = _refuse("no model downloads from plain URLs or Docker here: give a path or a gs:// URI with --model, or "
+NO_HUB = _refuse("no model downloads from Docker Hub here: give a path, a gs:// URI or a URL (--model-url), or "
                  "--hf-repo")
 TOOLS = _refuse("server-side tools and MCP are not implemented here; give tools in the request (tool calling)")
 
@@ -86,7 +86,7 @@ TREATMENTS: dict[str, Treatment] = {
     "--video-timestamp-interval": _warn("video is not taken here"),
     "--log-prompts-dir": _warn("prompts are not written to files here"),
     # programs and modes that are not this server
-    "--model-url": NO_HUB, "--mmproj-url": NO_HUB, "--docker-repo": NO_HUB,
+    "--docker-repo": NO_HUB,
     "--agent": TOOLS, "--tools": TOOLS, "--tools-runtime": TOOLS, "--mcp-servers-config": TOOLS,
     "--mcp-servers-json": TOOLS,
     "--lookup-cache-static": _warn("n-gram cache files are for --spec-type ngram-cache, not implemented here"),

@@ -13,8 +13,8 @@ from app.config.settings import OPTIONS, UNIMPLEMENTED, SettingsError, llama_spe
 # host, port and alias the router sets): where it listens, its keys and TLS, its model, the router's flags.
 RESERVED = frozenset({
     "host", "port", "reuse_port", "api_keys", "api_key_file", "ssl_key_file", "ssl_cert_file", "api_prefix",
-    "alias", "model", "mmproj", "hf_repo", "hf_file", "models_dir", "models_preset", "models_max",
-    "models_autoload",
+    "alias", "model", "mmproj", "model_url", "mmproj_url", "hf_repo", "hf_file", "models_dir", "models_preset",
+    "models_max", "models_autoload",
 })
 
 

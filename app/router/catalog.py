@@ -147,7 +147,11 @@ def _merged(global_options: Mapping[str, str], own: Mapping[str, str], where: st
 
 
 def _identity(merged: dict[str, tuple[str, str]], name: str, base: ModelEntry | None) -> tuple[str, ...]:
-    given = {dest: value for dest, (_, value) in merged.items() if dest in ("model", "mmproj", "hf_repo", "hf_file")}
+    given = {dest: value for dest, (_, value) in merged.items()
+             if dest in ("model", "mmproj", "model_url", "mmproj_url", "hf_repo", "hf_file")}
+    if "model_url" in given:
+        return ("--model-url", given["model_url"], *(("--mmproj-url", given["mmproj_url"]) if "mmproj_url" in given
+                                                     else ()))
     if "model" in given:
         return ("--model", given["model"], *(("--mmproj", given["mmproj"]) if "mmproj" in given else ()))
     if "hf_repo" in given:

@@ -154,6 +154,8 @@ def prepare(argv: Sequence[str], environ: Mapping[str, str]) -> tuple[Settings, 
         settings = dataclasses.replace(settings, metrics=True)  # Vertex AI's scraper and autoscaling read them
     if settings.hf_repo is not None:
         return settings, hub_source(settings.hf_repo), vertex, listen_port(settings, vertex)  # the worker fetches it
+    if settings.model is None and settings.model_url:
+        return settings, settings.model_url, vertex, listen_port(settings, vertex)  # the worker downloads it
     if settings.model is None and vertex is not None and vertex.storage_uri and not settings.is_router:
         settings = router_for_storage(settings, vertex.storage_uri)
     if settings.is_router:

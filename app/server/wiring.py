@@ -26,6 +26,7 @@ from app.host.cpu_placement import place_compute_threads
 from app.host.memory import available_memory_bytes
 from app.model_sources.gcs import default_cache_dir, fetch_model, find_projector, is_gcs_uri
 from app.model_sources.hub import HUB_SCHEME, fetch_hub_model, is_hub_source
+from app.model_sources.urls import fetch_url, is_url_source
 from app.vertex.environment import VertexEnvironment, VertexEnvironmentError
 
 if TYPE_CHECKING:  # the HTTP side is imported by build_application, while the model loads
@@ -90,8 +91,12 @@ def fetch_model_files(settings: Settings, model_path: str) -> ModelFiles:
                                   cache or default_cache_dir(), projector is None and settings.mmproj_auto,
                                   settings.offline)
         local, projector = str(fetched.model), projector or (str(fetched.mmproj) if fetched.mmproj else None)
+    elif is_url_source(model_path):
+        local = str(fetch_url(model_path, cache or default_cache_dir()))
     else:
         local = str(fetch_model(model_path, cache)) if is_gcs_uri(model_path) else model_path
+    if projector is None and settings.mmproj_url:
+        projector = str(fetch_url(settings.mmproj_url, cache or default_cache_dir()))
     if projector is None and settings.mmproj_auto and is_gcs_uri(model_path):
         projector = find_projector(model_path)
     if projector is not None and is_gcs_uri(projector):
