@@ -303,3 +303,20 @@ def test_what_a_router_answers_itself_needs_no_model(router: Server) -> None:
     assert {"/v1/chat/completions", "/models/load", "/models/unload"} <= set(document["paths"])
     proxy = requests.get(router.url("/cors-proxy"), headers=AUTH, timeout=10)
     assert proxy.status_code == 403 and proxy.json()["error"]["type"] == "permission_error"
+
+
+def test_reload_reads_the_sources_again(router: Server) -> None:
+    folder = Path(listed(router)["chat-b"]["path"]).parent.parent
+    (folder / "chat-c.gguf").symlink_to(embedded_model_path())
+    try:
+        assert "chat-c" not in listed(router)  # known only once the sources are read again
+        reloaded = requests.get(router.url("/models"), params={"reload": "1"}, headers=AUTH, timeout=30).json()
+        entry = next(model for model in reloaded["data"] if model["id"] == "chat-c")
+        assert entry["status"]["value"] == "unloaded" and entry["source"] == "models_dir"
+        assert chat(router, "chat-c").json()["model"] == "chat-c"
+    finally:
+        (folder / "chat-c.gguf").unlink()
+    requests.post(router.url("/models/unload"), headers=AUTH, json={"model": "chat-c"}, timeout=30)
+    wait_for(lambda: status_of(router, "chat-c")["value"] == "unloaded", "chat-c to unload")
+    again = requests.get(router.url("/models"), params={"reload": "1"}, headers=AUTH, timeout=30).json()
+    assert "chat-c" not in {model["id"] for model in again["data"]}  # gone from the folder, and unloaded
