@@ -8,10 +8,8 @@ import importlib.metadata
 import logging
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import nullcontext
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from app.config.settings import Settings
@@ -21,15 +19,13 @@ from app.router.catalog import CatalogError, ModelEntry, load_catalog
 from app.router.children import Launch, Spawner
 from app.router.models import RouterModels
 from app.router.routes import Router, router_routes
-from app.vertex.environment import VertexEnvironment, VertexEnvironmentError
+from app.server.http_side import serve_table
+from app.vertex.environment import VertexEnvironment
 
 if TYPE_CHECKING:
     from flask import Flask
 
 log = logging.getLogger(__name__)
-
-PREDICT_WORKERS = 128
-
 
 @dataclass
 class RouterApplication:
@@ -69,8 +65,6 @@ def build_router_application(settings: Settings, argv: Sequence[str], environ: M
                              vertex: VertexEnvironment | None,
                              on_load_failure: Callable[[BaseException], None]) -> RouterApplication:
     from app.handlers.routes import route_template
-    from app.http import CorsPolicy, StaticSite, create_app
-    from app.vertex.predict import vertex_routes
 
     def scan() -> dict[str, ModelEntry]:
         return load_catalog(settings.models_dir, settings.models_preset)
@@ -87,22 +81,9 @@ def build_router_application(settings: Settings, argv: Sequence[str], environ: M
     models = RouterModels(catalog, Spawner(launch), settings.models_max)
     router = Router(models, settings.models_max, settings.models_autoload, vertex is not None, scan, _build_info(),
                     settings.route_prefix)
-    routes = router_routes(route_template(), router)
-    if vertex is not None:
-        pool = ThreadPoolExecutor(max_workers=PREDICT_WORKERS, thread_name_prefix="predict")
-        try:
-            routes = vertex_routes(routes, vertex, pool, settings.predict_default_route, nullcontext,
-                                   settings.max_response_bytes, settings.predict_slots)
-        except VertexEnvironmentError as exc:
-            log.error("%s", exc)
-            on_load_failure(exc)
-            raise
-    router.routes = routes
-    draining = threading.Event()
-    site = StaticSite.from_directory(Path(settings.ui_directory)) if settings.ui_directory else None
-    flask = create_app(routes, lambda: True, settings.all_api_keys(), settings.route_prefix,
-                       max_body_bytes=settings.max_body_bytes, is_draining=draining.is_set,
-                       cors=CorsPolicy.from_settings(settings), site=site)
+    side = serve_table(settings, router_routes(route_template(), router), vertex, nullcontext, lambda: True,
+                       settings.all_api_keys(), on_load_failure)
+    router.routes = side.routes
     for name in startup_models(catalog, settings.models_max, vertex is not None):
         models.load(name)
-    return RouterApplication(flask, routes, settings.route_prefix, models, draining)
+    return RouterApplication(side.flask, side.routes, settings.route_prefix, models, side.draining)

@@ -13,7 +13,6 @@ import os
 import sys
 import threading
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -27,7 +26,8 @@ from app.host.memory import available_memory_bytes
 from app.model_sources.gcs import default_cache_dir, fetch_model, find_projector, is_gcs_uri
 from app.model_sources.hub import HUB_SCHEME, fetch_hub_model, is_hub_source
 from app.model_sources.urls import fetch_url, is_url_source
-from app.vertex.environment import VertexEnvironment, VertexEnvironmentError
+from app.server.http_side import serve_table
+from app.vertex.environment import VertexEnvironment
 
 if TYPE_CHECKING:  # the HTTP side is imported by build_application, while the model loads
     from flask import Flask
@@ -37,7 +37,6 @@ if TYPE_CHECKING:  # the HTTP side is imported by build_application, while the m
 
 log = logging.getLogger(__name__)
 
-PREDICT_WORKERS = 128
 LOGITS_MODULE = "app.engine.llama.logits"  # numpy's one user (imported after the load: ready)
 STARTUP_SWITCH_SECONDS = 0.0005  # the GIL's switch interval while the model loads beside the imports
 
@@ -113,28 +112,12 @@ def build_http_side(settings: Settings, engine: Engine, vertex: VertexEnvironmen
     imported here, while the model loads."""
     from app.handlers.context import ServerContext
     from app.handlers.routes import bind_routes
-    from app.http import CorsPolicy, StaticSite, create_app
-    from app.vertex.predict import vertex_routes
 
     context = ServerContext(settings, engine, api_keys=settings.all_api_keys())
-    routes = bind_routes(context)
-    if vertex is not None:
-        pool = ThreadPoolExecutor(max_workers=PREDICT_WORKERS, thread_name_prefix="predict")
-        try:
-            routes = vertex_routes(routes, vertex, pool, settings.predict_default_route, engine.admitted_as_one,
-                                   settings.max_response_bytes, settings.predict_slots)
-        except VertexEnvironmentError as exc:  # AIP_PREDICT_ROUTE hides an API route: fatal, as a failed load
-            log.error("%s", exc)
-            on_load_failure(exc)
-            raise
-    context.routes = routes
-    draining = threading.Event()
-    site = StaticSite.from_directory(Path(settings.ui_directory)) if settings.ui_directory else None
-    flask = create_app(routes, lambda: engine.is_ready, context.api_keys, settings.route_prefix,
-                       max_body_bytes=settings.max_body_bytes, is_draining=draining.is_set,
-                       cors=CorsPolicy.from_settings(settings),
-                       site=site, sessions=context.stream_sessions)
-    return Application(flask, context, draining)
+    side = serve_table(settings, bind_routes(context), vertex, engine.admitted_as_one, lambda: engine.is_ready,
+                       context.api_keys, on_load_failure, context.stream_sessions)
+    context.routes = side.routes
+    return Application(side.flask, context, side.draining)
 
 
 def build_application(

@@ -104,6 +104,21 @@ class Server:
         return self.process.returncode
 
 
+def while_loading(server: Server, path: str, seconds: float = STARTUP_SECONDS) -> list[tuple[int, int]]:
+    """(``/health``'s status, ``path``'s status) asked together until /health answers 200: what a route
+    answers while the model loads, and after."""
+    seen: list[tuple[int, int]] = []
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and (not seen or seen[-1][0] != 200):
+        assert server.process.poll() is None, server.log()
+        try:
+            other = requests.get(server.url(path), timeout=5).status_code
+            seen.append((requests.get(server.url("/health"), timeout=5).status_code, other))
+        except requests.ConnectionError:
+            time.sleep(0.02)
+    return seen
+
+
 def launch(
     tmp_dir: Path,
     args: list[str],

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 from typing import Any
 
 import requests
 
-from tests.integration.conftest import Server, free_port, launch, model_in_storage, start
+from tests.integration.conftest import Server, free_port, launch, model_in_storage, start, while_loading
 
 CHAT = [{"role": "user", "content": "What is the capital of France?"}]
 
@@ -310,15 +309,8 @@ def test_live_answers_200_while_the_model_loads_and_after(tmp_path: Path) -> Non
                         {"AIP_MODE": "PREDICTION", "AIP_HTTP_PORT": str(port), "AIP_PREDICT_ROUTE": "/predict",
                          "STORAGE_EMULATOR_HOST": host}, port=port)
         try:
-            seen: list[tuple[int, int]] = []
-            while not seen or seen[-1][0] != 200:
-                assert server.process.poll() is None, server.log()
-                try:
-                    health = requests.get(server.url("/health"), timeout=5).status_code
-                    seen.append((health, requests.get(server.url("/live"), timeout=5).status_code))
-                except requests.ConnectionError:
-                    time.sleep(0.02)
-            assert (503, 200) in seen and {live for _, live in seen} == {200}
+            seen = while_loading(server, "/live")
+            assert seen[-1][0] == 200 and (503, 200) in seen and {live for _, live in seen} == {200}
             assert requests.get(server.url("/live"), timeout=5).json() == {"status": "ok"}
         finally:
             assert server.stop() == 0, server.log()

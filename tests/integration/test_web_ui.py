@@ -10,7 +10,6 @@ import io
 import json
 import os
 import shutil
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -30,7 +29,7 @@ from playwright.sync_api import (
 )
 
 from app.model_sources.files import embedded_model_path
-from tests.integration.conftest import ROOT, Server, launch, model_in_storage, start
+from tests.integration.conftest import ROOT, Server, launch, model_in_storage, start, while_loading
 from tests.projectors import make_vision_projector
 
 ARTIFACTS = ROOT / ".ui-test-artifacts"
@@ -340,18 +339,10 @@ def test_the_pages_are_served_while_the_real_model_loads(server_dir: Path, tmp_p
 
 
 def check_pages_answer_while_loading(server: Server) -> None:
-    pairs: list[tuple[int, int]] = []
     try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and (not pairs or pairs[-1][1] != 200):
-            assert server.process.poll() is None, server.log()
-            try:
-                page_status = requests.get(server.url("/"), timeout=5).status_code
-                pairs.append((page_status, requests.get(server.url("/health"), timeout=5).status_code))
-            except requests.ConnectionError:
-                time.sleep(0.02)
+        pairs = while_loading(server, "/")
         assert pairs and pairs[-1] == (200, 200)
-        assert (200, 503) in pairs, pairs  # the page answered while /health still said "Loading model"
+        assert (503, 200) in pairs, pairs  # the page answered while /health still said "Loading model"
     finally:
         assert server.stop() == 0
 
