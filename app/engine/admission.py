@@ -11,7 +11,6 @@ import functools
 import logging
 import time
 from collections import deque
-from dataclasses import replace
 
 from app.engine.backend import Backend
 from app.engine.errors import CancelledError, EngineError
@@ -19,7 +18,7 @@ from app.engine.options import SchedulerOptions
 from app.engine.prompt_cache import PromptCache
 from app.engine.slots import Job, Slot, SlotState
 from app.engine.stats import StatsRecorder
-from app.engine.types import PromptProgress, TokenChunk
+from app.engine.types import PromptProgress, TokenChunk, banning_end_of_generation
 
 log = logging.getLogger(__name__)
 
@@ -104,11 +103,8 @@ class Admission:
         return slot if share > threshold else None
 
     def _sampler_for(self, job: Job) -> object:
-        sampling = job.request.sampling
-        if sampling.ignore_eos:
-            bias = tuple((token, float("-inf")) for token in self.backend.vocab.eog_tokens())
-            sampling = replace(sampling, logit_bias=sampling.logit_bias + bias)
-        return self.backend.new_sampler(sampling)
+        return self.backend.new_sampler(banning_end_of_generation(job.request.sampling,
+                                                                  self.backend.vocab.eog_tokens()))
 
     def _cache_idle_slots(self, starting: Slot) -> None:
         """llama-server's --cache-idle-slots: when a job starts, the prompts of the idle slots go to

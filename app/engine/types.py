@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 RANDOM_SEED = 0xFFFFFFFF  # llama.cpp's LLAMA_DEFAULT_SEED: a random seed per sampler
 
@@ -86,6 +86,16 @@ class SamplingParams:
     grammar: str = ""
     n_probs: int = 0
     post_sampling_probs: bool = False
+
+
+def banning_end_of_generation(sampling: SamplingParams, eog_tokens: tuple[int, ...]) -> SamplingParams:
+    """``ignore_eos`` as llama-server applies (and shows) it: a -inf logit bias on every end-of-generation
+    token the request's own biases do not already name. The same params without ``ignore_eos``."""
+    if not sampling.ignore_eos:
+        return sampling
+    named = {token for token, _ in sampling.logit_bias}
+    banned = tuple((token, float("-inf")) for token in eog_tokens if token not in named)
+    return replace(sampling, logit_bias=sampling.logit_bias + banned) if banned else sampling
 
 
 class FinishReason(enum.Enum):

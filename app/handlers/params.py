@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from app.engine import GenerationRequest, SamplingParams
 from app.engine.json_schema import schema_grammar
-from app.engine.types import MediaChunk, SpeculativeParams
+from app.engine.types import MediaChunk, SpeculativeParams, banning_end_of_generation
 from app.handlers.context import ServerContext
 from app.handlers.lora import scales_from
 from app.handlers.request_limits import check_costs, check_logit_bias
@@ -195,7 +195,7 @@ def sampling_params(
 ) -> SamplingParams:
     defaults = ctx.sampling_defaults
     probs = fields.n_probs if n_probs is None else n_probs
-    return replace(
+    sampling = replace(
         overridden(defaults, fields),
         seed=seed_of(fields.seed, defaults.seed),
         logit_bias=defaults.logit_bias if fields.logit_bias is None else _logit_bias(ctx, fields.logit_bias),
@@ -205,6 +205,8 @@ def sampling_params(
         grammar=grammar or defaults.grammar,  # as llama-server: an empty grammar keeps the server's
         n_probs=probs or 0,
     )
+    # ignore_eos's bans as a request's own biases, so that generation_settings shows them as llama-server does
+    return banning_end_of_generation(sampling, ctx.engine.vocab.eog_tokens())
 
 
 def completions_count(fields: GenerationFields) -> int:

@@ -99,3 +99,16 @@ def test_the_adaptive_p_sampler_picks_tokens_near_its_target(tmp_path: Path) -> 
         assert per_request > adaptive  # the request's own target
     finally:
         assert server.stop() == 0, server.log()
+
+
+def test_ignore_eos_shows_its_bans_in_generation_settings(vertex_server: Server) -> None:
+    """As llama-server: ignore_eos is a -inf bias (JSON null) on every end-of-generation token, shown in
+    the request's generation_settings beside its own biases; the generation runs to n_predict."""
+    eos = requests.post(vertex_server.url("/tokenize"), json={"content": "<|im_end|>"}, timeout=30).json()["tokens"]
+    reply = requests.post(vertex_server.url("/completion"), timeout=120, json={
+        "prompt": "Hi", "n_predict": 4, "ignore_eos": True, "logit_bias": [[42, 1.5]]}).json()
+    biases = reply["generation_settings"]["logit_bias"]
+    assert {"token": 42, "bias": 1.5} in biases and {"token": eos[0], "bias": None} in biases
+    assert reply["tokens_predicted"] == 4
+    plain = requests.post(vertex_server.url("/completion"), timeout=120, json={"prompt": "Hi", "n_predict": 1}).json()
+    assert plain["generation_settings"]["logit_bias"] == []
