@@ -106,8 +106,9 @@ class Engine(EngineThread):
         if self._stopped.is_set() and self._load_error is None and self._ready.is_set():
             return "the engine has stopped"
         since = self._step_since
-        if since is not None and limit_seconds > 0 and time.monotonic() - since > limit_seconds:
-            return f"one engine step has run for {time.monotonic() - since:.0f} s (over --liveness-seconds)"
+        running = time.monotonic() - since if since is not None else 0.0
+        if limit_seconds > 0 and running > limit_seconds:
+            return f"one engine step has run for {running:.0f} s (over --liveness-seconds)"
         return None
 
     def wait_ready(self, timeout: float | None = None) -> bool:

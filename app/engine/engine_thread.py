@@ -153,12 +153,14 @@ class EngineThread:
                         self._stats.on_step(time.perf_counter() - started - decoding)
                     idle_since = time.monotonic()
                 elif self._should_sleep(idle_since, scheduler):
-                    return self._sleep_until_needed(scheduler)
+                    break
             except Exception as exc:  # a bug must cost the running jobs, never the engine thread
                 log.exception("engine step failed; failing the running jobs and going on")
                 scheduler.fail_running(EngineError(f"internal error: {type(exc).__name__}: {exc}"))
             finally:
                 self._step_since = None
+        # asleep (waiting for the next job, then loading the model again) is no step: alive, however long
+        return self._sleep_until_needed(scheduler)
 
     def _should_sleep(self, idle_since: float, scheduler: Scheduler) -> bool:
         limit = self._options.sleep_idle_seconds

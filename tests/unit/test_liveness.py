@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from app.engine import GenerationRequest
+from app.engine import EngineOptions, GenerationRequest
 from tests.fakes import FakeBackend, completion_of, encode, running_engine
 
 
@@ -24,6 +24,20 @@ def test_a_step_that_runs_too_long_is_not_alive() -> None:
         backend.decode_seconds = 0
         completion_of(job, timeout=10)
         assert engine.stalled(0.2) is None  # between steps again
+
+
+def test_a_sleeping_engine_is_alive_however_long_it_sleeps() -> None:
+    """--sleep-idle-seconds: the engine thread waits for the next job outside any step."""
+    backend = FakeBackend(reply_for=lambda prompt: "x", n_seq=1, n_ctx_seq=256)
+    with running_engine(backend, EngineOptions(sleep_idle_seconds=0)) as engine:
+        deadline = time.monotonic() + 5
+        while not engine.is_sleeping and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert engine.is_sleeping
+        time.sleep(0.4)
+        assert engine.stalled(0.2) is None  # asleep for twice the limit
+        completion_of(engine.submit(GenerationRequest(prompt=tuple(encode("hi")), n_predict=1)), timeout=10)
+        assert engine.stalled(0.2) is None
 
 
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")  # the death it makes
