@@ -83,16 +83,11 @@ class Child:
 
     def get_json(self, path: str, timeout: float = 5.0) -> Any:
         """A GET to the child, its JSON answer (None where it gives none)."""
-        connection = http.client.HTTPConnection(CHILD_HOST, self.port, timeout=timeout)
+        answer = get_once(self.port, path, self.headers(), timeout)
         try:
-            connection.request("GET", path, headers=self.headers())
-            reply = connection.getresponse()
-            body = reply.read()
-            return json.loads(body) if reply.status == 200 else None
-        except (OSError, http.client.HTTPException, ValueError):
+            return json.loads(answer[1]) if answer is not None and answer[0] == 200 else None
+        except ValueError:
             return None
-        finally:
-            connection.close()
 
 
 @dataclass
@@ -160,6 +155,19 @@ class Spawner:
         return Child(entry.name, process, port, key, command, connections)
 
 
+def get_once(port: int, path: str, headers: dict[str, str], timeout: float) -> tuple[int, bytes] | None:
+    """One GET to a child on a connection of its own: (status, body), or None where it did not answer."""
+    connection = http.client.HTTPConnection(CHILD_HOST, port, timeout=timeout)
+    try:
+        connection.request("GET", path, headers=headers)
+        reply = connection.getresponse()
+        return reply.status, reply.read()
+    except (OSError, http.client.HTTPException):
+        return None
+    finally:
+        connection.close()
+
+
 def relay_output(name: str, stream: IO[bytes] | None) -> None:
     """A child's log lines, into the router's log under the model's name."""
     if stream is None:
@@ -174,15 +182,9 @@ def relay_output(name: str, stream: IO[bytes] | None) -> None:
 def wait_healthy(child: Child, gone: Callable[[], bool]) -> bool:
     """True once the child answers /health with 200; False if its process ended first or it was unloaded."""
     while child.process.poll() is None and not gone():
-        connection = http.client.HTTPConnection(CHILD_HOST, child.port, timeout=2.0)
-        try:
-            connection.request("GET", "/health")
-            if connection.getresponse().status == 200:
-                return True
-        except (OSError, http.client.HTTPException):
-            pass
-        finally:
-            connection.close()
+        answer = get_once(child.port, "/health", {}, 2.0)
+        if answer is not None and answer[0] == 200:
+            return True
         time.sleep(HEALTH_POLL_SECONDS)
     return False
 

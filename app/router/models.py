@@ -52,13 +52,14 @@ class RouterModels:
 
     # ---- what the routes read ----------------------------------------------------------------
 
-    def names(self) -> list[str]:
-        with self._changed:
-            return list(self._models)
-
     def state(self, name: str) -> ModelState | None:
         with self._changed:
             return self._models.get(name)
+
+    def require(self, name: str) -> None:
+        """llama-server's 400 for a model the router does not know."""
+        with self._changed:
+            self._known(name)
 
     def snapshot(self) -> list[ModelState]:
         with self._changed:

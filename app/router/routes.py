@@ -93,8 +93,7 @@ class Router:
     def _model_named(self, name: Any) -> str:
         if not isinstance(name, str) or not name:
             raise InvalidRequestError("model name is missing from the request")
-        if self.models.state(name) is None:
-            raise InvalidRequestError(f"model '{name}' not found")
+        self.models.require(name)
         return name
 
     def _forward_to(self, name: str, request: ApiRequest) -> ApiReply:

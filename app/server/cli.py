@@ -186,6 +186,8 @@ def router_for_storage(settings: Settings, storage_uri: str) -> Settings:
     starts an instance, as ever)."""
     from app.router.catalog import CatalogError, scan_models_dir
 
+    if storage_uri.endswith(".gguf"):  # one file is one model: no listing (nor google-cloud-storage's import)
+        return settings
     try:
         models = scan_models_dir(storage_uri)
     except CatalogError:
