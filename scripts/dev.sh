@@ -112,6 +112,26 @@ ensure_chromium() {
   log "could not install chromium: install it (apt-get install chromium) or set CHROMIUM, or the web UI tests fail"
 }
 
+# Agent mode's runtimes are tested with real isolates: a podman container (podman, runc, and busybox-static
+# for the image the tests build), an sshd on 127.0.0.1 (openssh-server), and git (gitignore-aware listings).
+ensure_agent_isolates() {
+  local missing=()
+  command -v podman >/dev/null 2>&1 || missing+=(podman)
+  command -v runc >/dev/null 2>&1 || missing+=(runc)
+  [ -x /bin/busybox ] || [ -x /usr/bin/busybox ] || missing+=(busybox-static)
+  [ -x /usr/sbin/sshd ] || missing+=(openssh-server)
+  command -v ssh >/dev/null 2>&1 || missing+=(openssh-client)
+  command -v git >/dev/null 2>&1 || missing+=(git)
+  [ ${#missing[@]} -eq 0 ] && return
+  local sudo=""
+  [ "$(id -u)" = 0 ] || sudo="sudo -n"
+  if command -v apt-get >/dev/null 2>&1; then
+    log "installing ${missing[*]} (for agent mode's runtime tests)"
+    $sudo apt-get update -qq && $sudo apt-get install -y -qq "${missing[@]}" >/dev/null && return
+  fi
+  log "could not install ${missing[*]}: install them (apt-get install ${missing[*]}), or agent mode's runtime tests fail"
+}
+
 cmd="${1:-}"
 [ $# -gt 0 ] && shift
 case "$cmd" in
@@ -131,6 +151,7 @@ case "$cmd" in
     install_all
     ensure_qemu
     ensure_chromium
+    ensure_agent_isolates
     cd "$ROOT"
     log "ruff"
     "$VENV/bin/python" -m ruff check app gcp tests bench scripts

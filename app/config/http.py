@@ -22,6 +22,9 @@ def _read(path: str | None) -> str | None:
         raise SettingsError(f"--ui-config-file: cannot read {path!r} ({exc})") from None
 
 
+ANY_ORIGIN, LOCAL_ORIGINS = "*", "localhost"  # --cors-origins' defaults
+
+
 @dataclass(frozen=True)
 class HttpSettings:
     """The HTTP side: where it listens, TLS, API keys, which endpoints, CORS, the web UI, limits."""
@@ -65,8 +68,9 @@ class HttpSettings:
     max_body_bytes: int = option(("--max-body-bytes",), "int", 10 * 1024 * 1024,
         "largest request body accepted (413 above it); the default matches a dedicated Vertex AI endpoint",
         env="LLAMA_ARG_MAX_BODY_BYTES", minimum=1)
-    cors_origins: str = option(("--cors-origins",), "str", "*",
-        "comma-separated origins allowed by CORS ('*': any origin; 'localhost': origins on this machine)",
+    cors_origins: str | None = option(("--cors-origins",), "str", None,
+        "comma-separated origins allowed by CORS ('*': any origin; 'localhost': origins on this machine); default "
+        "'*', or 'localhost' once tools or MCP servers are on (--tools, -ag, --mcp-servers-*)",
         env="LLAMA_ARG_CORS_ORIGINS", metavar="ORIGINS")
     cors_methods: str = option(("--cors-methods",), "str", "GET, POST, DELETE, OPTIONS",
         "comma-separated methods allowed by CORS", env="LLAMA_ARG_CORS_METHODS", metavar="METHODS")
@@ -87,6 +91,13 @@ class HttpSettings:
     ui_config_file: str | None = option(("--ui-config-file", "--webui-config-file"), "str", None,
         "a file holding --ui-config's JSON (--ui-config's keys win)", env="LLAMA_ARG_UI_CONFIG_FILE",
         metavar="PATH")
+
+    @property
+    def allowed_origins(self) -> str:
+        """--cors-origins, else its default: ``localhost`` where tools act on this machine, as llama-server."""
+        if self.cors_origins is not None:
+            return self.cors_origins
+        return LOCAL_ORIGINS if getattr(self, "exposes_tools", False) else ANY_ORIGIN
 
     @property
     def listen_hosts(self) -> tuple[str, ...]:

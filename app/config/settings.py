@@ -1,9 +1,9 @@
 """Server settings: one declaration per option, in sections, parsed once at start-up.
 
 Each option is declared exactly once, as a field of one section (``model.py``, ``compute.py``,
-``serving.py``, ``sampling.py``, ``chat.py``, ``http.py``, ``vertex.py``, ``router.py``, ``logs.py``): its type,
-default, flags, environment variable, bounds and help. Each section also owns its checks (``check``)
-and the values derived from its options. ``Settings`` is every section in one frozen value, read flat
+``serving.py``, ``sampling.py``, ``chat.py``, ``http.py``, ``agent.py``, ``vertex.py``, ``router.py``,
+``logs.py``): its type, default, flags, environment variable, bounds and help. Each section also owns its
+checks (``check``) and the values derived from its options. ``Settings`` is every section in one frozen value, read flat
 (``settings.ctx_size``); ``OPTIONS`` is derived from its fields, and the command-line parser, the
 environment lookup, ``--help`` and the options page of the docs from ``OPTIONS``. Precedence, highest
 first: command-line flag, ``LLAMA_ARG_*`` environment variable, default. Names and defaults follow
@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
+from app.config.agent import AgentSettings
 from app.config.chat import ChatSettings
 from app.config.compute import ComputeSettings
 from app.config.http import HttpSettings
@@ -34,13 +35,13 @@ from app.host.cpus import usable_cpus
 
 # The sections, in the order --help lists them (a dataclass takes its bases' fields last base first).
 SECTIONS = (ModelSettings, PlacementSettings, ComputeSettings, ServingSettings, SamplingSettings, ChatSettings,
-            HttpSettings, VertexSettings, RouterSettings, LogSettings)
+            HttpSettings, AgentSettings, VertexSettings, RouterSettings, LogSettings)
 
 __all__ = ["OPTIONS", "Option", "Settings", "SettingsError", "build_parser", "parse_settings"]
 
 
 @dataclass(frozen=True)
-class Settings(LogSettings, RouterSettings, VertexSettings, HttpSettings, ChatSettings, SamplingSettings,
+class Settings(LogSettings, RouterSettings, VertexSettings, AgentSettings, HttpSettings, ChatSettings, SamplingSettings,
                ServingSettings, ComputeSettings, PlacementSettings, ModelSettings):
     """Every section's options in one value. Build with :func:`parse_settings`."""
 
@@ -211,6 +212,12 @@ def parse_settings(
         report(str(exc))
         raise
     return settings
+
+
+def secret_environment() -> frozenset[str]:
+    """The environment variables that hold secrets (``Option.secret``): never handed to a tool's process."""
+    return frozenset(name for option in OPTIONS if option.secret
+                     for name in (option.env, *option.env_aliases) if name)
 
 
 def settings_fields() -> tuple[str, ...]:

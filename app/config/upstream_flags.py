@@ -64,7 +64,6 @@ ONE_DEVICE = _warn("remote (RPC) devices are not used here: the model is placed 
 RESULTS = "not implemented here, and ignoring it would change the model's output"
 NO_HUB = _refuse("no model downloads from Docker Hub here: give a path, a gs:// URI or a URL (--model-url), or "
                  "--hf-repo")
-TOOLS = _refuse("server-side tools and MCP are not implemented here; give tools in the request (tool calling)")
 
 TREATMENTS: dict[str, Treatment] = {
     # context, KV cache and RoPE: the numbers the model computes
@@ -81,14 +80,11 @@ TREATMENTS: dict[str, Treatment] = {
     "--cpu-mask-batch": ONE_TEAM, "--cpu-range-batch": ONE_TEAM, "--cpu-strict-batch": ONE_TEAM,
     "--prio-batch": ONE_TEAM, "--poll-batch": ONE_TEAM,
     # the HTTP server
-    "--webui-mcp-proxy": _warn("the built-in web UI has no MCP proxy"),
     "--video-ffmpeg-dir": _warn("video is not taken here"), "--video-fps": _warn("video is not taken here"),
     "--video-timestamp-interval": _warn("video is not taken here"),
     "--log-prompts-dir": _warn("prompts are not written to files here"),
     # programs and modes that are not this server
     "--docker-repo": NO_HUB,
-    "--agent": TOOLS, "--tools": TOOLS, "--tools-runtime": TOOLS, "--mcp-servers-config": TOOLS,
-    "--mcp-servers-json": TOOLS,
     "--lookup-cache-static": _warn("n-gram cache files are for --spec-type ngram-cache, not implemented here"),
     "--lookup-cache-dynamic": _warn("n-gram cache files are for --spec-type ngram-cache, not implemented here"),
 }

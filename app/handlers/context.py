@@ -6,6 +6,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
+from app.agent.toolbox import Toolbox
 from app.config.settings import Settings
 from app.engine import Engine, NotReadyError, SamplingParams
 from app.engine.json_schema import schema_grammar
@@ -14,6 +15,21 @@ from app.protocol.metrics import MetricsExporter
 from app.protocol.stream_sessions import StreamSessions
 from app.templating.chat_template import ChatTemplate, choose_template
 from app.templating.template_caps import template_caps
+
+
+@dataclass(frozen=True)
+class AgentContext:
+    """What agent mode's routes (/tools, /cors-proxy) read: the only part of the context a ``local`` route may
+    read, so that a router serves them itself (``route_template``)."""
+
+    toolbox: Toolbox | None = None  # None: /tools is off
+    cors_proxy: bool = False
+
+
+def agent_props(agent: AgentContext) -> dict[str, bool]:
+    """What /props says of agent mode: llama-server's ``cors_proxy_enabled``, and this server's
+    ``tools_enabled`` (whether ``GET /tools`` lists anything: the web UI asks it only then)."""
+    return {"cors_proxy_enabled": agent.cors_proxy, "tools_enabled": agent.toolbox is not None}
 
 
 @dataclass
@@ -28,6 +44,7 @@ class ServerContext:
     metrics: MetricsExporter = field(init=False)
     routes: tuple[Route, ...] = ()  # the whole table as served (Vertex routes included)
     stream_sessions: StreamSessions = field(init=False)  # resumable streams
+    agent: AgentContext = field(default_factory=AgentContext)
 
     def __post_init__(self) -> None:
         self.metrics = MetricsExporter(self.engine.stats)

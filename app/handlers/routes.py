@@ -22,7 +22,7 @@ from app.handlers.chat import (
     post_chat_input_tokens,
 )
 from app.handlers.completions import CompletionBody, post_completion, post_openai_completions
-from app.handlers.context import ServerContext
+from app.handlers.context import AgentContext, ServerContext
 from app.handlers.cors_proxy import get_cors_proxy, post_cors_proxy
 from app.handlers.embeddings import (
     NativeEmbeddingBody,
@@ -46,6 +46,7 @@ from app.handlers.server_info import (
     get_slots,
     post_props,
 )
+from app.handlers.server_tools import get_tools, post_tools
 from app.handlers.slot_actions import SlotFileBody, post_slot_action
 from app.handlers.streams import LookupBody, delete_stream, get_stream, post_streams_lookup
 from app.handlers.tokens import DetokenizeBody, TokenizeBody, post_detokenize, post_tokenize
@@ -88,7 +89,7 @@ class RouteSpec:
     polled: bool = False  # what llama-server leaves out of its request log: health, models, props, metrics
     form: bool = False  # a form upload (multipart, or URL-encoded fields); other routes read JSON whatever the type
     replays: bool = False  # streams a resumable session back; its X-Conversation-Id names that session
-    local: bool = False  # needs no model (its handler never reads the context): a router answers it itself
+    local: bool = False  # needs no model (its handler reads only ``ctx.agent``): a router answers it itself
     while_loading: bool = False  # answered while the model loads (liveness)
 
 
@@ -141,6 +142,8 @@ ROUTES: tuple[RouteSpec, ...] = (
     RouteSpec("GET", "/slots", get_slots, requires=SLOTS),
     RouteSpec("POST", "/slots/:id_slot", post_slot_action, body=SlotFileBody, requires=SLOT_FILES),
     RouteSpec("GET", "/openapi.json", get_openapi, public=True),
+    RouteSpec("GET", "/tools", get_tools, local=True),
+    RouteSpec("POST", "/tools", post_tools, local=True, streams=True),
     RouteSpec("GET", "/cors-proxy", get_cors_proxy, local=True),
     RouteSpec("POST", "/cors-proxy", post_cors_proxy, local=True),
 )
@@ -166,15 +169,24 @@ def bind_routes(ctx: ServerContext, specs: Iterable[RouteSpec] = ROUTES) -> tupl
     return tuple(_route(spec, bound(spec)) for spec in specs)
 
 
-def route_template(specs: Iterable[RouteSpec] = ROUTES) -> tuple[Route, ...]:
+@dataclass(frozen=True)
+class _AgentOnly:
+    """The context a router gives its ``local`` routes: agent mode's, nothing of a model."""
+
+    agent: AgentContext
+
+
+def route_template(specs: Iterable[RouteSpec] = ROUTES, agent: AgentContext | None = None) -> tuple[Route, ...]:
     """The table with no model behind it, for a server that fills the handlers itself (the router): a
-    ``local`` route keeps its own handler (it reads no context), every other is left for it to fill."""
+    ``local`` route keeps its own handler (it reads only ``agent``), every other is left for it to fill."""
+    context = cast(ServerContext, _AgentOnly(agent or AgentContext()))
+
     def unserved(request: ApiRequest) -> ApiReply:
         raise NotSupportedError(f"{request.method} {request.path} is not served here")
 
     def local(spec: RouteSpec) -> Handler:
         def call(request: ApiRequest) -> ApiReply:
-            return spec.handler(cast(ServerContext, None), request)
+            return spec.handler(context, request)
 
         call.__name__ = spec.handler.__name__
         return guard(call)

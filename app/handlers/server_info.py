@@ -6,7 +6,7 @@ import time
 from typing import Any
 
 from app.engine import GenerationRequest, SlotView
-from app.handlers.context import ServerContext
+from app.handlers.context import ServerContext, agent_props
 from app.handlers.shapes import generation_settings, slot_metrics
 from app.protocol.api import ApiReply, ApiRequest
 from app.protocol.errors import UnavailableError
@@ -64,6 +64,7 @@ def get_props(ctx: ServerContext, request: ApiRequest) -> ApiReply:
         "eos_token": info.eos_token,
         "build_info": info.build_info,
         "is_sleeping": ctx.engine.is_sleeping,
+        **agent_props(ctx.agent),
     })
 
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from app.config.http import HttpSettings
+from app.config.http import ANY_ORIGIN, LOCAL_ORIGINS, HttpSettings
 
-LOCALHOST = "localhost"  # --cors-origins' shorthand: any origin whose host is this machine
+LOCALHOST = LOCAL_ORIGINS  # --cors-origins' shorthand: any origin whose host is this machine
 _LOCAL_HOSTS = frozenset({"localhost", "127.0.0.1", "::1"})
 
 
@@ -26,14 +26,14 @@ _OPTIONS = HttpSettings()  # the declared defaults
 @dataclass(frozen=True)
 class CorsPolicy:
     # the defaults are the options' (--cors-origins, --cors-methods, --cors-headers, --cors-credentials)
-    origins: str = _OPTIONS.cors_origins  # "*", "localhost", or comma-separated origins (may include "localhost")
+    origins: str = ANY_ORIGIN  # "*", "localhost", or comma-separated origins (may include "localhost")
     methods: str = _OPTIONS.cors_methods
     headers: str = _OPTIONS.cors_headers
     credentials: bool = _OPTIONS.cors_credentials
 
     @classmethod
     def from_settings(cls, settings: HttpSettings) -> CorsPolicy:
-        return cls(settings.cors_origins, settings.cors_methods, settings.cors_headers, settings.cors_credentials)
+        return cls(settings.allowed_origins, settings.cors_methods, settings.cors_headers, settings.cors_credentials)
 
     def allowed_origin(self, origin: str | None) -> str | None:
         """The ``Access-Control-Allow-Origin`` for a request from ``origin``; None: no header.

@@ -95,7 +95,8 @@ def sse_body(events: Iterator[SseEvent], on_error: Callable[[dict[str, Any]], Ss
 
 def to_response(reply: ApiReply) -> Response:
     if reply.raw_stream is not None:
-        response = Response(reply.raw_stream, status=reply.status, mimetype="text/event-stream")
+        response = Response(reply.raw_stream, status=reply.status,
+                            content_type=reply.content_type or "text/event-stream")
         response.headers["Cache-Control"] = "no-cache"
         response.headers["X-Accel-Buffering"] = "no"
     elif reply.stream is not None:

@@ -4,6 +4,7 @@
     ├── InvalidRequestError     400 invalid_request_error: the message names the field
     ├── AuthenticationError     401 authentication_error
     ├── PermissionDeniedError   403 permission_error: the request may not touch that resource
+    │   └── FeatureDisabledError  403 feature_disabled: agent mode's routes while it is off (llama-server's)
     ├── NotFoundError           404 not_found_error
     ├── MethodNotAllowedError   405 invalid_request_error: a known path with the wrong method
     ├── PayloadTooLargeError    413 invalid_request_error
@@ -41,6 +42,11 @@ class PermissionDeniedError(ApiError):
     pass
 
 
+class FeatureDisabledError(PermissionDeniedError):
+    def __init__(self, message: str = "this feature is disabled") -> None:
+        super().__init__(message)
+
+
 class NotFoundError(ApiError):
     def __init__(self, message: str = "File Not Found") -> None:
         super().__init__(message)
@@ -74,6 +80,7 @@ ERROR_TABLE: dict[type[BaseException], tuple[int, str]] = {
     InvalidRequestError: (400, "invalid_request_error"),
     AuthenticationError: (401, "authentication_error"),
     PermissionDeniedError: (403, "permission_error"),
+    FeatureDisabledError: (403, "feature_disabled"),
     NotFoundError: (404, "not_found_error"),
     MethodNotAllowedError: (405, "invalid_request_error"),
     RequestTimeoutError: (408, "invalid_request_error"),

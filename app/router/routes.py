@@ -8,7 +8,7 @@ import dataclasses
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from app.protocol.api import ApiReply, ApiRequest, Handler, Route, guard
@@ -77,8 +77,10 @@ class Router:
     """The handlers of the router's routes, over its models."""
 
     def __init__(self, models: RouterModels, models_max: int, autoload_default: bool, on_vertex: bool,
-                 rescan: Callable[[], dict[str, ModelEntry]], build_info: str, route_prefix: str = "") -> None:
+                 rescan: Callable[[], dict[str, ModelEntry]], build_info: str, route_prefix: str = "",
+                 agent_props: Mapping[str, bool] | None = None) -> None:
         self.models = models
+        self._agent_props = dict(agent_props or {"cors_proxy_enabled": False, "tools_enabled": False})
         self._max = models_max
         self._autoload = autoload_default
         self._on_vertex = on_vertex
@@ -151,7 +153,7 @@ class Router:
             "default_generation_settings": {"params": {}, "n_ctx": 0},
             "ui_settings": {},
             "build_info": self._build_info,
-            "cors_proxy_enabled": False,
+            **self._agent_props,  # the router runs agent mode itself
         })
 
     def openapi(self, request: ApiRequest) -> ApiReply:

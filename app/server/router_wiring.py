@@ -25,6 +25,8 @@ from app.vertex.environment import VertexEnvironment
 if TYPE_CHECKING:
     from flask import Flask
 
+    from app.handlers.context import AgentContext
+
 log = logging.getLogger(__name__)
 
 @dataclass
@@ -34,6 +36,8 @@ class RouterApplication:
     route_prefix: str
     models: RouterModels
     draining: threading.Event
+    agent: AgentContext
+
 
     def drain(self) -> None:
         self.draining.set()
@@ -41,6 +45,8 @@ class RouterApplication:
     def shutdown(self) -> None:
         """Every child drains and stops (SIGTERM; SIGKILL after its stop-timeout)."""
         self.models.stop_all()
+        if self.agent.toolbox is not None:
+            self.agent.toolbox.close()
 
 
 def startup_models(catalog: Mapping[str, ModelEntry], models_max: int, on_vertex: bool) -> list[str]:
@@ -64,7 +70,9 @@ def _build_info() -> str:
 def build_router_application(settings: Settings, argv: Sequence[str], environ: Mapping[str, str],
                              vertex: VertexEnvironment | None,
                              on_load_failure: Callable[[BaseException], None]) -> RouterApplication:
+    from app.handlers.context import agent_props
     from app.handlers.routes import route_template
+    from app.server.agent_wiring import build_agent
 
     def scan() -> dict[str, ModelEntry]:
         return load_catalog(settings.models_dir, settings.models_preset)
@@ -79,11 +87,12 @@ def build_router_application(settings: Settings, argv: Sequence[str], environ: M
     launch = Launch(without_reserved(argv), environ, ("--metrics",) if settings.metrics else (),
                     read_timeout=float(settings.timeout) if settings.timeout else None)
     models = RouterModels(catalog, Spawner(launch), settings.models_max)
+    agent = build_agent(settings, vertex is not None)  # the router runs the tools; its children do not
     router = Router(models, settings.models_max, settings.models_autoload, vertex is not None, scan, _build_info(),
-                    settings.route_prefix)
-    side = serve_table(settings, router_routes(route_template(), router), vertex, nullcontext, lambda: True,
+                    settings.route_prefix, agent_props(agent))
+    side = serve_table(settings, router_routes(route_template(agent=agent), router), vertex, nullcontext, lambda: True,
                        settings.all_api_keys(), on_load_failure)
     router.routes = side.routes
     for name in startup_models(catalog, settings.models_max, vertex is not None):
         models.load(name)
-    return RouterApplication(side.flask, side.routes, settings.route_prefix, models, side.draining)
+    return RouterApplication(side.flask, side.routes, settings.route_prefix, models, side.draining, agent)

@@ -61,6 +61,8 @@ class Application:
 
     def shutdown(self) -> None:
         self.context.engine.stop()
+        if self.context.agent.toolbox is not None:
+            self.context.agent.toolbox.close()
 
 
 def exit_on_load_failure(exc: BaseException) -> None:
@@ -112,8 +114,10 @@ def build_http_side(settings: Settings, engine: Engine, vertex: VertexEnvironmen
     imported here, while the model loads."""
     from app.handlers.context import ServerContext
     from app.handlers.routes import bind_routes
+    from app.server.agent_wiring import build_agent
 
-    context = ServerContext(settings, engine, api_keys=settings.all_api_keys())
+    context = ServerContext(settings, engine, api_keys=settings.all_api_keys(),
+                            agent=build_agent(settings, vertex is not None))
     side = serve_table(settings, bind_routes(context), vertex, engine.admitted_as_one, lambda: engine.is_ready,
                        context.api_keys, on_load_failure, context.stream_sessions)
     context.routes = side.routes

@@ -103,7 +103,7 @@ def chat(server: Server, model: str, tokens: int = 4, **extra: Any) -> requests.
 def router(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     root = tmp_path_factory.mktemp("router")
     server = start(root, ["--models-dir", str(models_folder(root)), "--models-preset", str(preset_file(root)),
-                          "-t", "1", "--parallel", "2", "--api-key", KEY, "--metrics"])
+                          "-t", "1", "--parallel", "2", "--api-key", KEY, "--metrics", "--tools", "get_info"])
     yield server
     assert server.stop() == 0, server.log()
     for name in ("chat-a", "chat-b", "embed"):
@@ -302,7 +302,14 @@ def test_what_a_router_answers_itself_needs_no_model(router: Server) -> None:
     document = requests.get(router.url("/openapi.json"), timeout=10).json()
     assert {"/v1/chat/completions", "/models/load", "/models/unload"} <= set(document["paths"])
     proxy = requests.get(router.url("/cors-proxy"), headers=AUTH, timeout=10)
-    assert proxy.status_code == 403 and proxy.json()["error"]["type"] == "permission_error"
+    assert proxy.status_code == 403 and proxy.json()["error"]["type"] == "feature_disabled"
+    # agent mode: the router serves /tools itself, and its children (some loaded by now) start no tools
+    assert [entry["tool"] for entry in requests.get(router.url("/tools"), headers=AUTH, timeout=10).json()] == [
+        "get_info"]
+    info = requests.post(router.url("/tools"), json={"tool": "get_info"}, headers=AUTH, timeout=30).json()
+    assert info["os"].startswith("Linux") and info["cwd"]
+    assert requests.post(router.url("/tools"), json={"tool": "get_info"}, timeout=30).status_code == 401
+    assert router.log().count("security: server tools (experimental) enabled") == 1
 
 
 def test_reload_reads_the_sources_again(router: Server) -> None:

@@ -15,7 +15,8 @@ from tests.inprocess import PROMPT, make_application
 
 CHAT = {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4}
 BODIES: dict[str, dict[str, Any]] = {
-    "/props": {}, "/completion": {"prompt": PROMPT, "n_predict": 4}, "/completions": {"prompt": PROMPT, "n_predict": 4},
+    "/props": {}, "/tools": {"tool": "get_info"},
+    "/completion": {"prompt": PROMPT, "n_predict": 4}, "/completions": {"prompt": PROMPT, "n_predict": 4},
     "/v1/completions": {"prompt": PROMPT, "max_tokens": 4}, "/chat/completions": CHAT, "/v1/chat/completions": CHAT,
     "/chat/completions/input_tokens": CHAT, "/v1/chat/completions/input_tokens": CHAT,
     "/v1/responses": {"input": PROMPT, "max_output_tokens": 4}, "/responses": {"input": PROMPT, "max_output_tokens": 4},
@@ -39,7 +40,8 @@ AUDIO = {"/v1/audio/transcriptions", "/audio/transcriptions"}  # need an audio p
 @pytest.fixture(scope="module")
 def switched_on(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Application]:
     slots = tmp_path_factory.mktemp("slots")
-    built = make_application("--metrics", "--props", "--slot-save-path", str(slots))
+    built = make_application("--metrics", "--props", "--slot-save-path", str(slots), "--tools", "get_info",
+                             "--ui-mcp-proxy")
     resumable = built.flask.test_client().post("/completion", json={"prompt": PROMPT, "n_predict": 4, "stream": True},
                                                headers={"X-Conversation-Id": "every-route"})
     assert resumable.status_code == 200 and "data: " in resumable.get_data(as_text=True)
@@ -58,8 +60,9 @@ def test_every_route_answers(switched_on: Application, spec: Any) -> None:
         assert client.delete(spec.path + "?conv_id=nothing-here").status_code == 204
         return
     response = client.get(path) if spec.method == "GET" else client.post(path, json=BODIES.get(spec.path, {}))
-    if spec.path == "/cors-proxy":  # llama-server's answer while its proxy is off, which it always is here
-        assert response.status_code == 403 and response.get_json()["error"]["type"] == "permission_error"
+    if spec.path == "/cors-proxy":  # on, but no url to go to (tests/integration/test_agent_mode.py proxies)
+        assert response.status_code == 400 and response.get_json()["error"]["message"] == \
+            "invalid target URL: missing host"
         return
     assert response.status_code == 200, (spec.path, response.get_data(as_text=True)[:300])
     if spec.path == "/metrics":

@@ -1,13 +1,17 @@
 // Chat: streaming /v1/chat/completions, conversations kept in the browser, a stop button that
-// cancels the request (the server frees the slot when the client goes away).
+// cancels the request (the server frees the slot when the client goes away), and the agent loop where the
+// server has tools (agent.js): tool calls run, their results go back, the model answers again.
 
+import { runTool, toolChoiceFor, toolDefinitions } from "./agent.js";
 import { apiStream } from "./api.js";
 import { byId, el } from "./dom.js";
 import { loadConversations, loadObject, newConversation, saveConversations, saveObject } from "./store.js";
 
 const NUMBER_FIELDS = ["temperature", "top_p", "top_k", "min_p", "max_tokens", "seed"];
 const INTEGER_FIELDS = new Set(["top_k", "max_tokens", "seed"]);
-const SETTING_FIELDS = [...NUMBER_FIELDS, "system", "stop"]; // every field of the settings form
+const AGENT_FIELDS = ["tool_use", "max_steps"];
+const SETTING_FIELDS = [...NUMBER_FIELDS, "system", "stop", ...AGENT_FIELDS]; // every field of the settings form
+const AGENT_DEFAULTS = { tool_use: "auto", max_steps: 8 };
 const RANDOM_SEED = 4294967295;
 
 export class ChatView {
@@ -18,6 +22,7 @@ export class ChatView {
     this.defaults = {};
     this.controller = null;
     this.pendingImage = null;
+    this.tools = [];
     this.ready = false;
     this.form = byId("settings-form");
     this.prompt = byId("prompt");
@@ -41,9 +46,11 @@ export class ChatView {
     this.renderMessages();
   }
 
-  /** The server is ready: its model name, default sampling and whether the model takes images. */
-  configure(model, props) {
+  /** The server is ready: its model name, default sampling, whether the model takes images, its tools. */
+  configure(model, props, tools = []) {
     this.model = model;
+    this.tools = tools;
+    byId("agent-settings").hidden = tools.length === 0;
     const params = (props.default_generation_settings || {}).params || {};
     this.defaults = {
       temperature: params.temperature,
@@ -52,6 +59,7 @@ export class ChatView {
       min_p: params.min_p,
       max_tokens: params.n_predict > 0 ? params.n_predict : "",
       seed: params.seed === RANDOM_SEED || params.seed < 0 ? "" : params.seed,
+      ...AGENT_DEFAULTS,
     };
     // the server's --ui-config: defaults for the fields of this form
     for (const [name, value] of Object.entries(props.ui_settings || {})) {
@@ -74,7 +82,7 @@ export class ChatView {
 
   resetSettings() {
     saveObject("chat-settings", {});
-    this.fillSettings({ ...this.defaults, system: "", stop: "" });
+    this.fillSettings({ ...this.defaults, system: "", stop: "", ...AGENT_DEFAULTS });
   }
 
   /** The fields the user changed from the server's defaults. */
@@ -181,7 +189,7 @@ export class ChatView {
   apiMessages() {
     const system = this.form.elements.system.value.trim();
     const history = this.current.messages.filter((message) => !message.error || message.content)
-      .map((message) => ({ role: message.role, content: apiContent(message) }));
+      .map(apiMessage);
     return system ? [{ role: "system", content: system }, ...history] : history;
   }
 
@@ -205,18 +213,48 @@ export class ChatView {
       this.current.title = text.slice(0, 40) || "Image";
     }
     this.prompt.value = "";
-    const body = { model: this.model, messages: this.apiMessages(), stream: true, ...this.requestSettings() };
-    const reply = { role: "assistant", content: "", reasoning: "", tool_calls: [] };
-    this.current.messages.push(reply);
     this.renderConversations();
     this.renderMessages();
-    const item = this.messages.lastElementChild;
-    item.setAttribute("aria-busy", "true");
     this.controller = new AbortController();
     this.updateButtons();
     try {
+      // one answer, then (agent mode) each of its tool calls run and answered again, up to max_steps rounds
+      for (let step = 0; ; step += 1) {
+        const reply = await this.answer(step);
+        if (reply.stopped || reply.error || reply.tool_calls.length === 0 || !this.agentOn()) {
+          break;
+        }
+        for (const call of reply.tool_calls) {
+          if (!(await this.runCall(call))) {
+            return;
+          }
+        }
+      }
+    } finally {
+      this.controller = null;
+      saveConversations(this.conversations);
+      this.updateButtons();
+    }
+  }
+
+  agentOn() {
+    return this.tools.length > 0 && this.form.elements.tool_use.value !== "off";
+  }
+
+  /** One streamed assistant message (with the tools and this step's tool_choice in agent mode). */
+  async answer(step) {
+    const body = { model: this.model, messages: this.apiMessages(), stream: true, ...this.requestSettings() };
+    if (this.agentOn()) {
+      const maxSteps = Math.max(0, parseInt(this.form.elements.max_steps.value, 10) || 0);
+      const first = this.form.elements.tool_use.value === "required" ? "required" : "auto";
+      body.tools = toolDefinitions(this.tools);
+      body.tool_choice = toolChoiceFor(step, maxSteps, first);
+    }
+    const reply = { role: "assistant", content: "", reasoning: "", tool_calls: [] };
+    const item = this.append(reply);
+    try {
       await apiStream("/v1/chat/completions", body, (chunk) => {
-        applyChunk(reply, chunk);
+        applyChunk(reply, chunk, step);
         updateItem(item, reply);
       }, this.controller.signal);
     } catch (error) {
@@ -226,12 +264,39 @@ export class ChatView {
         reply.error = error.message;
       }
     } finally {
-      this.controller = null;
       item.removeAttribute("aria-busy");
       updateItem(item, reply);
-      saveConversations(this.conversations);
-      this.updateButtons();
     }
+    return reply;
+  }
+
+  /** Run one tool call on the server and add its result; false when the user stopped it. */
+  async runCall(call) {
+    const result = { role: "tool", name: call.name, arguments: call.arguments, tool_call_id: call.id, content: "" };
+    const item = this.append(result);
+    try {
+      result.content = await runTool(this.tools, call, this.controller.signal);
+    } catch (error) {
+      if (error.name === "AbortError") {
+        result.stopped = true;
+        result.content = JSON.stringify({ error: "stopped by the user" });
+      } else {
+        result.content = JSON.stringify({ error: error.message });
+      }
+    } finally {
+      item.removeAttribute("aria-busy");
+      updateItem(item, result);
+    }
+    return !result.stopped;
+  }
+
+  /** A message added to the conversation and its (busy) item in the list. */
+  append(message) {
+    this.current.messages.push(message);
+    const item = messageItem(message);
+    item.setAttribute("aria-busy", "true");
+    this.messages.append(item);
+    return item;
   }
 
   stop() {
@@ -239,6 +304,20 @@ export class ChatView {
       this.controller.abort();
     }
   }
+}
+
+/** A stored message as the API takes it: tool calls and tool results included. */
+function apiMessage(message) {
+  if (message.role === "tool") {
+    return { role: "tool", tool_call_id: message.tool_call_id, content: message.content };
+  }
+  const entry = { role: message.role, content: apiContent(message) };
+  if (message.tool_calls && message.tool_calls.length) {
+    entry.tool_calls = message.tool_calls.map((call) => ({
+      id: call.id, type: "function", function: { name: call.name, arguments: call.arguments || "{}" },
+    }));
+  }
+  return entry;
 }
 
 function apiContent(message) {
@@ -249,7 +328,7 @@ function apiContent(message) {
   return message.content ? [{ type: "text", text: message.content }, ...parts] : parts;
 }
 
-function applyChunk(reply, chunk) {
+function applyChunk(reply, chunk, step) {
   const choice = (chunk.choices || [])[0];
   const delta = (choice && choice.delta) || {};
   if (delta.content) {
@@ -260,7 +339,8 @@ function applyChunk(reply, chunk) {
   }
   for (const call of delta.tool_calls || []) {
     const index = call.index ?? reply.tool_calls.length;
-    const known = reply.tool_calls[index] || (reply.tool_calls[index] = { name: "", arguments: "" });
+    const known = reply.tool_calls[index]
+      || (reply.tool_calls[index] = { id: call.id || `call_${step}_${index}`, name: "", arguments: "" });
     if (call.function && call.function.name) {
       known.name += call.function.name;
     }
@@ -282,7 +362,8 @@ function statsText(timings) {
 }
 
 function messageItem(message) {
-  const item = el("li", { class: `message ${message.role}` }, el("div", { class: "role", text: message.role }));
+  const role = message.role === "tool" ? `tool: ${message.name}` : message.role;
+  const item = el("li", { class: `message ${message.role}` }, el("div", { class: "role", text: role }));
   updateItem(item, message);
   return item;
 }
@@ -295,7 +376,12 @@ function updateItem(item, message) {
     parts.push(el("details", { class: "reasoning", open }, el("summary", { text: "Reasoning" }),
       el("pre", { text: message.reasoning })));
   }
-  parts.push(el("div", { class: "content", text: message.content }));
+  if (message.role === "tool") {
+    parts.push(el("pre", { class: "tool-arguments", text: message.arguments || "{}" }));
+    parts.push(el("pre", { class: "tool-result", text: message.content || "running…" }));
+  } else {
+    parts.push(el("div", { class: "content", text: message.content }));
+  }
   if (message.image) {
     parts.push(el("img", { src: message.image, alt: "Attached image" }));
   }

@@ -1,6 +1,7 @@
 // Start-up: wait for the model, ask for the API key when the server wants one, learn what the
 // server offers, then wire the three views (chat, Vertex predict console, server) and the tabs.
 
+import { loadTools } from "./agent.js";
 import { apiFetch, apiJson, ApiError, onKeyNeeded, setApiKey, apiKey } from "./api.js";
 import { ChatView } from "./chat.js";
 import { byId, el, showStatus } from "./dom.js";
@@ -130,6 +131,7 @@ async function loadProps(model = "") {
 const MODEL_KEY = "vertex-llama.router-model";
 let routed = false;
 let aliases = null;
+let toolsEnabled = false; // agent mode: the server's (a router's own) /props says whether /tools lists any
 
 /** Configure the views for ``model``; on a router, its /props first (which loads the model). */
 async function useModel(model, props) {
@@ -139,7 +141,7 @@ async function useModel(model, props) {
     localStorage.setItem(MODEL_KEY, model);
     showStatus("");
   }
-  chat.configure(model, props);
+  chat.configure(model, props, toolsEnabled ? await loadTools() : []);
   server.configure(props, model, routed);
   if (aliases) {
     vertex.configure(aliases, model, routed);
@@ -165,6 +167,7 @@ async function boot() {
   byId("model-name").textContent = model;
   const props = await loadProps();
   routed = props.role === "router";
+  toolsEnabled = Boolean(props.tools_enabled);
   if (routed) {
     const saved = localStorage.getItem(MODEL_KEY);
     model = ids.includes(saved) ? saved : model;
