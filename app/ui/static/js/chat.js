@@ -4,6 +4,7 @@
 
 import { runTool, toolChoiceFor, toolDefinitions } from "./agent.js";
 import { apiStream } from "./api.js";
+import { apiMessage } from "./messages.js";
 import { byId, el } from "./dom.js";
 import { loadConversations, loadObject, newConversation, saveConversations, saveObject } from "./store.js";
 
@@ -304,28 +305,6 @@ export class ChatView {
       this.controller.abort();
     }
   }
-}
-
-/** A stored message as the API takes it: tool calls and tool results included. */
-function apiMessage(message) {
-  if (message.role === "tool") {
-    return { role: "tool", tool_call_id: message.tool_call_id, content: message.content };
-  }
-  const entry = { role: message.role, content: apiContent(message) };
-  if (message.tool_calls && message.tool_calls.length) {
-    entry.tool_calls = message.tool_calls.map((call) => ({
-      id: call.id, type: "function", function: { name: call.name, arguments: call.arguments || "{}" },
-    }));
-  }
-  return entry;
-}
-
-function apiContent(message) {
-  if (!message.image) {
-    return message.content;
-  }
-  const parts = [{ type: "image_url", image_url: { url: message.image } }];
-  return message.content ? [{ type: "text", text: message.content }, ...parts] : parts;
 }
 
 function applyChunk(reply, chunk, step) {
