@@ -34,7 +34,8 @@ class AgentSettings:
         f"timeout_ms}}}}}}), run over stdio; their tools are <server>_<tool> in /tools ({RISK}); limits "
         "--cors-origins to localhost by default", env="LLAMA_ARG_MCP_SERVERS_CONFIG", metavar="PATH")
     mcp_servers_json: str | None = option(("--mcp-servers-json",), "str", None,
-        "the same MCP servers' JSON, inline", env="LLAMA_ARG_MCP_SERVERS_JSON", metavar="JSON")
+        "the same MCP servers' JSON, inline (never logged: a server's env often holds a token)",
+        env="LLAMA_ARG_MCP_SERVERS_JSON", metavar="JSON", secret=True)
     agent: bool = option(("-ag", "--agent"), "bool", False,
         f"every built-in tool and the CORS proxy ({RISK}); limits --cors-origins to localhost by default",
         env="LLAMA_ARG_AGENT", negative_flags=("-no-ag", "--no-agent"))

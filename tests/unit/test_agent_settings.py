@@ -70,6 +70,15 @@ def test_what_cannot_be_used_stops_the_start_naming_it(argv: tuple[str, ...], me
         settings(*argv)
 
 
+def test_the_inline_mcp_declaration_is_never_logged() -> None:
+    from app.server.cli import public_settings
+
+    declared = settings("--mcp-servers-json", json.dumps({"mcpServers": {"gh": {"command": "x",
+                                                                                "env": {"TOKEN": "ghp-secret"}}}}))
+    assert "ghp-secret" not in json.dumps(public_settings(declared))
+    assert "LLAMA_ARG_MCP_SERVERS_JSON" in secret_environment()  # nor handed to a tool's process
+
+
 def test_a_router_keeps_agent_mode_to_itself() -> None:
     argv = ["--models-dir", "/m", "--tools", "all", "-ag", "--mcp-servers-json", "{}", "--ui-mcp-proxy",
             "--tools-root", "/w", "--tools-runtime", "ssh:x", "-c", "512"]

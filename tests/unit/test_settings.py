@@ -166,7 +166,10 @@ def test_no_secret_setting_reaches_the_settings_log_line() -> None:
 
     secrets = [option for option in OPTIONS if option.secret]
     assert {option.dest for option in secrets} >= {"api_keys", "hf_token"}
-    argv = [item for option in secrets for item in (option.flags[-1], f"sentinel-{option.dest}-value")]
+    shaped = {"mcp_servers_json": json.dumps({"mcpServers": {"s": {"command": "x", "env": {
+        "TOKEN": "sentinel-mcp_servers_json-value"}}}})}  # a value that must parse, holding the sentinel
+    argv = [item for option in secrets
+            for item in (option.flags[-1], shaped.get(option.dest, f"sentinel-{option.dest}-value"))]
     shown = json.dumps(public_settings(parse(*argv)))
     for option in secrets:
         assert f"sentinel-{option.dest}-value" not in shown, option.dest
