@@ -39,6 +39,13 @@ def _strftime_now(fmt: str) -> str:
     return datetime.datetime.now().strftime(fmt)
 
 
+def date_context() -> dict[str, str]:
+    """Today's date as llama.cpp gives every Jinja template (``common_chat_extra_context``): Llama 3.x's
+    ``date_string``, ``datetime``; a request's ``chat_template_kwargs`` win over them."""
+    now = datetime.datetime.now()
+    return {"datetime": now.strftime("%b %d %Y"), "date_string": now.strftime("%d %b %Y")}
+
+
 def _tojson(value: Any, indent: int | None = None, **_: Any) -> str:
     return json.dumps(value, ensure_ascii=False, indent=indent)
 
@@ -141,7 +148,7 @@ class ChatTemplate:
         if self._template is None:
             pairs = [(str(m["role"]), legacy_content(m.get("content"))) for m in messages]
             return self._builtin(self.choice.builtin_name, pairs, add_generation_prompt)
-        context: dict[str, Any] = dict(extra or {})
+        context: dict[str, Any] = {**date_context(), **(extra or {})}
         context.update(
             messages=messages,
             add_generation_prompt=add_generation_prompt,

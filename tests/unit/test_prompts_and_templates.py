@@ -55,6 +55,20 @@ def test_jinja_template_renders_messages_and_generation_prompt() -> None:
     assert not template.render([{"role": "user", "content": "Hi"}], False).endswith("assistant\n")
 
 
+def test_templates_get_todays_date_as_llama_cpp_gives_it() -> None:
+    """Llama 3.x templates print ``date_string`` ("26 Jul 2024" when nothing gives it); llama.cpp gives every
+    template today's date, and a request's chat_template_kwargs win."""
+    import datetime
+
+    template = ChatTemplate(TemplateChoice("{{ date_string }}|{{ datetime }}", None), "<s>", "</s>", builtin)
+    before = datetime.datetime.now()
+    text = template.render([{"role": "user", "content": "Hi"}])
+    after = datetime.datetime.now()
+    assert text in {f"{day.strftime('%d %b %Y')}|{day.strftime('%b %d %Y')}" for day in (before, after)}
+    assert template.render([{"role": "user", "content": "Hi"}], extra={"date_string": "1 Jan 2000"}).startswith(
+        "1 Jan 2000|")
+
+
 def test_template_helpers_and_errors() -> None:
     source = (
         "{% if messages[0]['role'] == 'system' %}{{ raise_exception('no system please') }}{% endif %}"
