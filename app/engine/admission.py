@@ -200,4 +200,5 @@ def report_progress(slot: Slot) -> None:
         return
     progress = PromptProgress(total=slot.n_prompt, cache=slot.cache_n, processed=len(slot.cached),
                               time_ms=int((time.perf_counter() - slot.t_start) * 1000))
-    job.emit(TokenChunk("", (), 0, slot.id, progress=progress))
+    timings = slot.timings(0) if job.request.timings_per_token else None
+    job.emit(TokenChunk("", (), 0, slot.id, timings=timings, progress=progress))

@@ -25,7 +25,7 @@ from app.engine.prompt_cache import PromptCache
 from app.engine.slots import ControlJob, EmbedJob, Job, Slot, SlotState
 from app.engine.speculative import DraftWant, SpeculationOptions, Speculator
 from app.engine.stats import StatsRecorder
-from app.engine.types import Completion, FinishReason, MediaChunk, Sampled, Timings
+from app.engine.types import Completion, FinishReason, MediaChunk, Sampled
 
 log = logging.getLogger(__name__)
 
@@ -206,13 +206,6 @@ class Scheduler(Admission):
             else:
                 self._take_tokens(slot, index)
 
-    def _timings(self, slot: Slot, n_predicted: int) -> Timings:
-        end = slot.t_last or time.perf_counter()
-        return Timings(cache_n=slot.cache_n, prompt_n=slot.n_prompt - slot.cache_n,
-                       prompt_ms=((slot.t_prompt_done or end) - slot.t_start) * 1000.0, predicted_n=n_predicted,
-                       predicted_ms=(end - slot.t_prompt_done) * 1000.0 if slot.t_prompt_done else 0.0,
-                       draft_n=slot.draft_n, draft_n_accepted=slot.draft_accepted)
-
     def _drop_cancelled(self) -> None:
         for slot in self.slots:
             job = slot.job
@@ -300,7 +293,7 @@ class Scheduler(Admission):
         chunk = slot.generation.chunk(slot.id)
         if chunk is not None:
             if request.timings_per_token:
-                chunk = replace(chunk, timings=self._timings(slot, len(slot.generation.tokens)))
+                chunk = replace(chunk, timings=slot.timings(len(slot.generation.tokens)))
             slot.job.emit(chunk)
         return True
 
@@ -324,7 +317,7 @@ class Scheduler(Admission):
                 deadline: bool = False) -> None:
         assert slot.job is not None and slot.generation is not None
         generation = slot.generation
-        timings = self._timings(slot, len(generation.tokens))
+        timings = slot.timings(len(generation.tokens))
         chunk = generation.chunk(slot.id, final=True)
         if chunk is not None:
             slot.job.emit(replace(chunk, timings=timings) if slot.job.request.timings_per_token else chunk)

@@ -16,7 +16,7 @@ from app.engine.backend import BatchEntry, BatchMedia, BatchToken, Sampler
 from app.engine.errors import EngineError
 from app.engine.generation import Generation
 from app.engine.reasoning_budget import BudgetGate
-from app.engine.types import EmbeddingResult, GenerationRequest, JobEvent, MediaChunk, SlotView, TokenChunk
+from app.engine.types import EmbeddingResult, GenerationRequest, JobEvent, MediaChunk, SlotView, Timings, TokenChunk
 
 _job_ids = count()
 
@@ -237,6 +237,15 @@ class Slot:
         self.pending = []
         self.leader = None
         self.last_used = time.monotonic()
+
+    def timings(self, n_predicted: int) -> Timings:
+        """The job's timings so far (``timings``; with ``timings_per_token`` on every chunk, prompt progress
+        included, as llama-server's)."""
+        end = self.t_last or time.perf_counter()
+        return Timings(cache_n=self.cache_n, prompt_n=self.n_prompt - self.cache_n,
+                       prompt_ms=((self.t_prompt_done or end) - self.t_start) * 1000.0, predicted_n=n_predicted,
+                       predicted_ms=(end - self.t_prompt_done) * 1000.0 if self.t_prompt_done else 0.0,
+                       draft_n=self.draft_n, draft_n_accepted=self.draft_accepted)
 
     def view(self, n_ctx: int, speculative: bool = False) -> SlotView:
         """What /slots shows of this slot (read from another thread: a snapshot, not a lock)."""

@@ -46,3 +46,17 @@ def test_timings_per_token_counts_the_tokens_so_far(small_batches: Server) -> No
                                     "timings_per_token": True})
     counts = [event["timings"]["predicted_n"] for event in events if not event["stop"]]
     assert counts == sorted(counts) and counts[-1] == 8
+
+
+def test_progress_events_carry_the_timings_with_timings_per_token(small_batches: Server) -> None:
+    """As llama-server's: a progress event has ``timings`` when the request asks for them on every chunk."""
+    plain = stream(small_batches, {"prompt": LONG, "n_predict": 2, "return_progress": True, "cache_prompt": False})
+    assert not any("timings" in event for event in plain if "prompt_progress" in event)
+    timed = stream(small_batches, {"prompt": LONG, "n_predict": 2, "return_progress": True, "cache_prompt": False,
+                                   "timings_per_token": True})
+    progress = [event for event in timed if "prompt_progress" in event]
+    assert progress and all(event["timings"]["predicted_n"] == 0 for event in progress)
+    assert all(event["timings"]["prompt_n"] == event["prompt_progress"]["total"] - event["prompt_progress"]["cache"]
+               for event in progress)
+    elapsed = [event["timings"]["prompt_ms"] for event in progress]
+    assert elapsed == sorted(elapsed)
