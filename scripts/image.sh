@@ -5,8 +5,9 @@
 #   bash scripts/image.sh smoke [cpu|cuda]   build it if needed, then run tests/image/ against it
 #   bash scripts/image.sh tool               print the container tool this machine uses
 #
-# The tool is the first that works of docker (a reachable daemon), podman and buildah; with none and
-# apt-get at hand, buildah is installed. Where BASE_IMAGE (debian:bookworm-slim) cannot be pulled, an
+# The tool is docker where a daemon answers, else buildah (installed from Debian where apt-get is at
+# hand), else podman: buildah runs the image with chroot isolation, which works in sandboxes where podman's
+# OCI runtime cannot set a container's limits (agent mode's tests install podman for its runtime). Where BASE_IMAGE (debian:bookworm-slim) cannot be pulled, an
 # equivalent is made from Debian's packages with mmdebstrap (a minbase bookworm with the slim image's
 # dpkg exclusions) and used in its place, and the log says so. Behind a TLS-inspecting proxy the
 # machine's CA bundle (CA_BUNDLE, default /etc/ssl/certs/ca-certificates.crt) is mounted into the
@@ -28,14 +29,14 @@ as_root() {
 
 container_tool() {
   if command -v docker >/dev/null 2>&1 && docker info >/dev/null 2>&1; then echo docker; return; fi
-  if command -v podman >/dev/null 2>&1 && podman info >/dev/null 2>&1; then echo podman; return; fi
   if command -v buildah >/dev/null 2>&1; then echo buildah; return; fi
   if command -v apt-get >/dev/null 2>&1; then
-    log "no docker daemon, podman or buildah: installing Debian's buildah"
+    log "no docker daemon or buildah: installing Debian's buildah"
     as_root apt-get update -qq >&2 && as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq buildah >&2
     echo buildah
     return
   fi
+  if command -v podman >/dev/null 2>&1 && podman info >/dev/null 2>&1; then echo podman; return; fi
   log "no container tool: install docker, podman or buildah"
   exit 1
 }

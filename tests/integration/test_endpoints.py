@@ -292,14 +292,6 @@ def test_every_sampler_stage_runs_on_the_real_backend(vertex_server: Server) -> 
         assert reply.json()["tokens_predicted"] >= 1
 
 
-def test_the_cors_proxy_is_llama_servers_answer_when_it_is_off(vertex_server: Server) -> None:
-    for method in ("GET", "POST"):
-        answer = requests.request(method, vertex_server.url("/cors-proxy"), params={"url": "http://example.com"},
-                                  timeout=10)
-        assert answer.status_code == 403 and answer.json()["error"]["type"] == "permission_error"
-        assert "--ui-mcp-proxy" in answer.json()["error"]["message"]
-
-
 def test_live_answers_200_while_the_model_loads_and_after(tmp_path: Path) -> None:
     """/live (the liveness probe's route) is not the loading gate's 503: a container that is still
     downloading its model is alive."""
