@@ -109,12 +109,29 @@ def test_cloudbuild_smoke_tests_the_image_it_built() -> None:
 
 def test_cloudbuild() -> None:
     config = yaml.safe_load((ROOT / "cloudbuild.yaml").read_text())
-    assert set(config["substitutions"]) >= {"_REGION", "_REPOSITORY", "_IMAGE", "_CUDA_ARCHITECTURES", "_TAG"}
-    args = config["steps"][0]["args"]
-    assert "--build-arg=CUDA_ARCHITECTURES=${_CUDA_ARCHITECTURES}" in args
+    assert set(config["substitutions"]) >= {"_REGION", "_REPOSITORY", "_IMAGE", "_CUDA_ARCHITECTURES", "_TAG",
+                                            "_BASE_IMAGE"}
+    steps = {step["id"]: step["args"][-1] for step in config["steps"]}
+    build = steps["build"]
+    assert "--build-arg=CUDA_ARCHITECTURES=${_CUDA_ARCHITECTURES}" in build
     image = "${_REGION}-docker.pkg.dev/${PROJECT_ID}/${_REPOSITORY}/${_IMAGE}"
     assert config["images"] == [f"{image}:${{_TAG}}", f"{image}:latest"]
-    assert f"--tag={image}:latest" in args
+    assert f"--tag={image}:latest" in build
+
+
+def test_cloudbuild_pins_the_base_image_by_digest() -> None:
+    """The base step resolves the tag to a digest once (where Cloud Build reaches the registry), and the build
+    uses it and records it; a bash ``$`` is written ``$$`` so Cloud Build leaves it to bash."""
+    config = yaml.safe_load((ROOT / "cloudbuild.yaml").read_text())
+    order = [step["id"] for step in config["steps"]]
+    assert order.index("base") < order.index("build") < order.index("smoke")
+    steps = {step["id"]: step["args"][-1] for step in config["steps"]}
+    assert "docker image inspect --format '{{index .RepoDigests 0}}' ${_BASE_IMAGE} > /workspace/base-image" in \
+        steps["base"]
+    assert 'base="$$(cat /workspace/base-image)"' in steps["build"]
+    assert '--build-arg=BASE_IMAGE="$$base" --label=vertex-llama.base-image="$$base"' in steps["build"]
+    assert config["substitutions"]["_BASE_IMAGE"] == "debian:bookworm-slim"
+    assert "ARG BASE_IMAGE=debian:bookworm-slim" in (ROOT / "Dockerfile").read_text()
     assert config["options"]["machineType"] and config["options"]["diskSizeGb"] >= 100
     assert config["timeout"].endswith("s")
 
