@@ -29,7 +29,8 @@ class ChatSettings:
         "(split and kept in the content), none (left in the content)", env="LLAMA_ARG_THINK",
         choices=("auto", "none", "deepseek", "deepseek-legacy"))
     reasoning: str = option(("-rea", "--reasoning"), "str", "auto",
-        "thinking in chats: on, off (the template's enable_thinking) or auto (the template's default)",
+        "thinking in chats: off gives the template enable_thinking = false; on and auto give it true, as "
+        "llama-server (templates that close their think block unless told to think, DeepSeek-R1's and QwQ's, think)",
         env="LLAMA_ARG_REASONING", metavar="[on|off|auto]")
     reasoning_effort: str | None = option(("--reasoning-effort",), "str", None,
         "the default reasoning_effort of chats (a template argument, e.g. low, medium, high; none: no thinking)",
@@ -73,10 +74,10 @@ class ChatSettings:
 
     @property
     def template_kwargs(self) -> dict[str, Any]:
-        """The template's default arguments: --reasoning on/off as enable_thinking, --reasoning-preserve as
-        preserve_reasoning, then --chat-template-kwargs (checked to be a JSON object at start-up)."""
-        thinking = self.reasoning.strip().lower()
-        kwargs: dict[str, Any] = {"enable_thinking": thinking in TRUE} if thinking in TRUE | FALSE else {}
+        """The template's default arguments: enable_thinking (false with --reasoning off, else true: llama-server
+        gives every template its enable_thinking), --reasoning-preserve as preserve_reasoning, then
+        --chat-template-kwargs (checked to be a JSON object at start-up)."""
+        kwargs: dict[str, Any] = {"enable_thinking": self.reasoning.strip().lower() not in FALSE}
         if self.reasoning_preserve is not None:
             kwargs["preserve_reasoning"] = self.reasoning_preserve
         return kwargs | (dict(json.loads(self.chat_template_kwargs)) if self.chat_template_kwargs else {})

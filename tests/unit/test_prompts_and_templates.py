@@ -117,3 +117,18 @@ def test_continue_final_message_as_llama_server(client: Any) -> None:
                    "tool_calls": [{"id": "1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]}
     calls = rendered(continue_final_message=True, add_generation_prompt=False)
     assert calls.status_code == 400 and "tool calls" in calls.json["error"]["message"]
+
+
+def test_a_template_that_closes_its_think_block_unless_told_to_think_thinks_by_default() -> None:
+    """llama.cpp's DeepSeek-R1-Distill and QwQ templates write ``<think>\\n</think>`` when ``enable_thinking`` is
+    not true; with --reasoning auto (the default) llama-server gives it true, so the prompt ends inside the
+    think block and the model thinks."""
+    from app.config.settings import parse_settings
+
+    source = ("{% for m in messages %}{{ m.content }}{% endfor %}{% if add_generation_prompt %}<think>\n"
+              "{% if not enable_thinking %}</think>{% endif %}{% endif %}")
+    template = ChatTemplate(TemplateChoice(source, None), "<s>", "</s>", builtin)
+    for flags, ending in (((), "<think>\n"), (("--reasoning", "on"), "<think>\n"),
+                          (("--reasoning", "off"), "<think>\n</think>")):
+        kwargs = parse_settings(["-m", "m.gguf", *flags], {}).template_kwargs
+        assert template.render([{"role": "user", "content": "Hi"}], extra=kwargs).endswith(ending), flags

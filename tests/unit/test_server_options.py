@@ -119,10 +119,11 @@ KWARGS_TEMPLATE = ("{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfo
 
 
 @pytest.mark.parametrize(("flags", "fields", "rendered"), [
-    ((), {}, "[thinking=unset effort=unset]"),
+    ((), {}, "[thinking=True effort=unset]"),  # --reasoning auto: llama-server gives every template enable_thinking
     (("--reasoning", "off"), {}, "[thinking=False effort=unset]"),
     (("-rea", "on", "--reasoning-effort", "high"), {}, "[thinking=True effort=high]"),
-    (("--reasoning-effort", "high"), {"reasoning_effort": "low"}, "[thinking=unset effort=low]"),
+    (("--reasoning-effort", "high"), {"reasoning_effort": "low"}, "[thinking=True effort=low]"),
+    ((), {"chat_template_kwargs": {"enable_thinking": False}}, "[thinking=False effort=unset]"),
     ((), {"reasoning_effort": "none"}, "[thinking=False effort=unset]"),
 ])
 def test_reasoning_flags_and_fields_reach_the_template(flags: tuple[str, ...], fields: dict[str, Any],
