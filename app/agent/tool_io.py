@@ -93,21 +93,22 @@ class HostIO(ToolIO):
         super().__init__(cwd)
         self.root = os.path.realpath(root)
         if cwd:
-            self._inside(os.path.realpath(self._absolute(cwd)), cwd)
+            self._inside(os.path.realpath(self.base), cwd)
 
     @property
     def base(self) -> str:
-        """Where relative paths start and commands run: x-tool-cwd, else the root (the working directory
-        when the root is ``/``, as llama-server's)."""
-        if self.cwd:
-            return self._absolute(self.cwd)
-        return self.root if self.root != "/" else os.getcwd()
+        """Where relative paths start and commands run: x-tool-cwd (a relative one from the root), else the
+        root (the working directory when the root is ``/``, as llama-server's)."""
+        start = self.root if self.root != "/" else os.getcwd()
+        return self._joined(start, self.cwd) if self.cwd else start
+
+    @staticmethod
+    def _joined(start: str, path: str) -> str:
+        expanded = os.path.expanduser(path) if path.startswith("~") else path
+        return os.path.normpath(expanded if os.path.isabs(expanded) else os.path.join(start, expanded))
 
     def _absolute(self, path: str) -> str:
-        expanded = os.path.expanduser(path) if path.startswith("~") else path
-        if not os.path.isabs(expanded):
-            expanded = os.path.join(self.base, expanded)
-        return os.path.normpath(expanded)
+        return self._joined(self.base, path)
 
     def _inside(self, real: str, given: str) -> str:
         if self.root != "/" and os.path.commonpath([self.root, real]) != self.root:

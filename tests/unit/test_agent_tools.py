@@ -73,6 +73,10 @@ def test_paths_outside_the_root_are_refused_links_included(workspace: Path, tmp_
         call(box, "get_info", cwd=str(tmp_path))
     inside = call(box, "read_file", cwd=str(workspace / "src"), path="main.py")
     assert inside["plain_text_response"].startswith("import")
+    relative = call(box, "read_file", cwd="src/deep", path="util.py")  # a relative x-tool-cwd: from the root
+    assert relative["plain_text_response"].startswith("def helper")
+    with pytest.raises(OutsideRoot):
+        call(box, "get_info", cwd="../..")
 
 
 def test_the_root_slash_reaches_anywhere_as_llama_server(workspace: Path, tmp_path: Path) -> None:
