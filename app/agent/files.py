@@ -56,11 +56,12 @@ def _lines(text: str, start: int, end: int, append_loc: bool, cap: int) -> str:
         if end != -1 and number > end:
             break
         piece = f"{number}\u2192{line}\n" if append_loc else f"{line}\n"
-        if used + len(piece.encode()) > cap:
+        size = len(piece.encode())
+        if used + size > cap:
             out.append("[output truncated]")
             break
         out.append(piece)
-        used += len(piece.encode())
+        used += size
     return "".join(out)
 
 

@@ -26,12 +26,14 @@ def build_agent(settings: Settings, on_vertex: bool) -> AgentContext:
     features = settings.enabled_features()
     if not features:
         return AgentContext()
+    options = settings.agent_options(secret_environment())
     where = "this container" if on_vertex else "this server"
     log.warning("security: %s enabled - do not expose to untrusted environments; the tools run with %s's "
                 "privileges, as %s%s", ", ".join(features), where, _user(),
-                f"; built-in tools confined to {settings.agent_options().limits.root} (--tools-root)"
-                if settings.enabled_tools and not settings.tools_runtime else "")
-    toolbox = Toolbox(settings.agent_options(secret_environment())) if settings.exposes_tools else None
+                f"; built-in tools confined to {options.limits.root} (--tools-root)"
+                if options.tools and not options.runtime else "")
+    # /tools is on where there are tools to list (llama-server: --tools, or MCP servers declared)
+    toolbox = Toolbox(options) if options.tools or options.mcp_servers else None
     if toolbox is not None:
         log.info("tools: %s", ", ".join(tool.name for tool in toolbox.tools) or "none")
     return AgentContext(toolbox, settings.serves_cors_proxy)
