@@ -26,7 +26,7 @@ HEADER_PREFIX = "x-llama-server-proxy-header-"
 TIMEOUT = urllib3.Timeout(connect=30.0, read=600.0)  # llama-server's ten minutes
 # Not passed back: hop-by-hop, what the relay changes, and CORS (this server's own middleware answers that).
 _DROPPED = frozenset({"connection", "keep-alive", "transfer-encoding", "content-length", "content-encoding",
-                      "upgrade", "proxy-authenticate", "trailer", "te"})
+                      "upgrade", "proxy-authenticate", "trailer", "te", "content-type"})  # (the reply sets its type)
 _POOL = urllib3.PoolManager(num_pools=16, maxsize=8)
 
 
@@ -74,8 +74,8 @@ def _forward(ctx: ServerContext, request: ApiRequest, method: str) -> ApiReply:
         raise ServerError(f"the proxied request failed: {exc}") from None
     passed = {key: value for key, value in response.headers.items()
               if key.lower() not in _DROPPED and not key.lower().startswith("access-control-")}
-    content_type = passed.pop("Content-Type", passed.pop("content-type", "application/octet-stream"))
-    return ApiReply(status=response.status, raw_stream=_relay(response), content_type=content_type, headers=passed)
+    return ApiReply(status=response.status, raw_stream=_relay(response), headers=passed,
+                    content_type=response.headers.get("Content-Type", "application/octet-stream"))
 
 
 def get_cors_proxy(ctx: ServerContext, request: ApiRequest) -> ApiReply:

@@ -181,6 +181,7 @@ def test_the_cors_proxy_forwards_the_prefixed_headers_and_relays_the_answer(agen
                              headers={"x-llama-server-proxy-header-Authorization": "Bearer t", "Cookie": "c=1"},
                              timeout=30)
     assert response.status_code == 201 and response.headers["Mcp-Session-Id"] == "abc"
+    assert response.headers["Content-Type"] == "application/json"  # the target's type, sent once
     assert response.json() == {"method": "POST", "path": "/mcp?x=1", "auth": "Bearer t", "cookie": None,
                                "body": "{}"}
     assert requests.get(agent_server.url("/cors-proxy"), params={"url": echo_url}, timeout=30).json()["method"] == "GET"
