@@ -192,3 +192,22 @@ def test_the_cors_proxy_forwards_the_prefixed_headers_and_relays_the_answer(agen
 def test_the_cors_proxy_refuses_bad_targets(agent_server: Server, url: str) -> None:
     response = requests.get(agent_server.url("/cors-proxy"), params={"url": url}, timeout=30)
     assert response.status_code == 400 and response.json()["error"]["message"]
+
+
+def test_agent_a_config_file_and_the_bounds_on_a_real_server(server_dir: Path, tmp_path: Path) -> None:
+    """-ag (every tool and the proxy), --mcp-servers-config (a file), --tools-max-timeout and --tools-max-output."""
+    config = tmp_path / "mcp.json"
+    config.write_text(mcp_json(files=()))
+    server = start(server_dir, ["-ag", "--mcp-servers-config", str(config), "--tools-root", str(tmp_path),
+                                "--tools-max-timeout", "1", "--tools-max-output", "300", "-c", "512", "-np", "1"])
+    try:
+        names = [entry["tool"] for entry in requests.get(server.url("/tools"), timeout=10).json()]
+        assert names[:7] == ["read_file", "file_glob_search", "grep_search", "exec_shell_command", "write_file",
+                             "edit_file", "get_info"] and "files_add" in names
+        assert requests.get(server.url("/props"), timeout=10).json()["cors_proxy_enabled"] is True
+        slept = post_tool(server, "exec_shell_command", {"command": "sleep 30", "timeout": 50}).json()
+        assert slept["plain_text_response"].endswith("[exit due to timed out]")  # capped to 1 s, not 50
+        long = post_tool(server, "exec_shell_command", {"command": "head -c 5000 /dev/zero | tr '\\0' y"}).json()
+        assert long["plain_text_response"].startswith("y" * 300 + "\n[output truncated]")
+    finally:
+        assert server.stop() == 0, server.log()
