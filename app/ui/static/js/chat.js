@@ -83,7 +83,7 @@ export class ChatView {
 
   resetSettings() {
     saveObject("chat-settings", {});
-    this.fillSettings({ ...this.defaults, system: "", stop: "", ...AGENT_DEFAULTS });
+    this.fillSettings({ ...this.defaults, system: "", stop: "" });
   }
 
   /** The fields the user changed from the server's defaults. */
