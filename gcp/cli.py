@@ -29,6 +29,8 @@ from typing import Any
 from gcp import batch, deploy, doctor, limits, logtail, operations, rollout, status
 from gcp.parser import SETTING_FLAGS, accelerator_type, build_parser
 
+GRPC_PORT_ENV = SETTING_FLAGS["grpc_port"][1]
+
 
 def _print(value: Any) -> None:
     print(json.dumps(value, indent=2, ensure_ascii=False))
@@ -48,7 +50,7 @@ def _upload(args: argparse.Namespace, target: deploy.Target) -> None:
     request = deploy.upload_request(target, deploy.UploadSpec(
         display_name=args.display_name, image_uri=args.image, artifact_uri=args.artifact_uri, env=env,
         shared_memory_mb=args.shared_memory_mb, deployment_timeout_s=args.deployment_timeout, invoke=args.invoke,
-        parent_model=args.parent_model,
+        parent_model=args.parent_model, grpc_port=int(env.get(GRPC_PORT_ENV) or 0),
     ))
     if args.dry_run:
         _dry("ModelService.UploadModel", request)
@@ -109,7 +111,8 @@ def _deploy(args: argparse.Namespace, target: deploy.Target) -> None:
         traffic = rollout.split_with_new(dict(endpoint.traffic_split),
                                          [model.id for model in endpoint.deployed_models], args.traffic)
         dedicated = bool(endpoint.dedicated_endpoint_enabled)
-        timeout = endpoint.client_connection_config.inference_timeout.total_seconds() if dedicated else 60
+        timeout: float | None = (operations.seconds(endpoint.client_connection_config.inference_timeout) if dedicated
+                                  else 60)
     else:
         traffic = rollout.split_with_new({}, [], args.traffic)
         endpoint, dedicated, timeout = None, spec.wants_dedicated, spec.timeout_s
@@ -119,7 +122,7 @@ def _deploy(args: argparse.Namespace, target: deploy.Target) -> None:
     if endpoint is None:
         endpoint = vertex.create_endpoint(deploy.create_endpoint_request(target, spec))
     print(f"endpoint {endpoint.name}\n  {status.console_url(target, endpoint.name)}", file=sys.stderr)
-    wait_s = operations.deployment_wait_seconds(model.container_spec.deployment_timeout.total_seconds()
+    wait_s = operations.deployment_wait_seconds(int(operations.seconds(model.container_spec.deployment_timeout))
                                                 or deploy.MAX_DEPLOYMENT_TIMEOUT_S)
     tail = None if args.no_logs else logtail.LogTail.for_endpoint(
         logtail.logging_client(target, args.logging_endpoint), target.project, endpoint.name, datetime.now(UTC))

@@ -86,6 +86,7 @@ class UploadSpec:
     liveness_failures: int = 3
     invoke: bool = False  # invokeRoutePrefix "/*": every container path under .../invoke/ (no :predict)
     parent_model: str | None = None  # upload a new version of this model
+    grpc_port: int = 0  # grpcPorts: Vertex AI sends :directPredict and :directRawPredict here (LLAMA_ARG_GRPC_PORT)
 
     @property
     def probe_failures(self) -> int:
@@ -120,6 +121,8 @@ def upload_request(target: Target, spec: UploadSpec) -> v1.UploadModelRequest:
             failure_threshold=spec.liveness_failures,
         ),
     )
+    if spec.grpc_port:
+        container.grpc_ports = [v1.Port(container_port=spec.grpc_port)]
     if spec.invoke:
         container.invoke_route_prefix = "/*"
     else:

@@ -18,6 +18,17 @@ CLOCK: Callable[[], float] = time.monotonic
 SLEEP: Callable[[float], None] = time.sleep
 
 
+def seconds(duration: Any) -> float:
+    """A message's Duration field in seconds: proto-plus hands it over as a ``timedelta`` (protobuf's
+    stubs type it as the Duration message)."""
+    return float(duration.total_seconds())
+
+
+def instant(timestamp: Any) -> float:
+    """A message's Timestamp field as POSIX seconds (proto-plus: a ``datetime``)."""
+    return float(timestamp.timestamp())
+
+
 class Operation(Protocol):
     def done(self) -> bool: ...  # api-core refreshes the operation from the server here
 

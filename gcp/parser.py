@@ -16,6 +16,8 @@ SETTING_FLAGS = {
     "n_gpu_layers": ("--n-gpu-layers", "LLAMA_ARG_N_GPU_LAYERS"),
     "alias": ("--alias", "LLAMA_ARG_ALIAS"),
     "metrics": ("--metrics", "LLAMA_ARG_ENDPOINT_METRICS"),
+    "predictions_format": ("--predictions-format", "LLAMA_ARG_PREDICTIONS_FORMAT"),
+    "grpc_port": ("--grpc-port", "LLAMA_ARG_GRPC_PORT"),  # also the container spec's grpcPorts
 }
 
 

@@ -17,6 +17,8 @@ from collections.abc import Mapping
 from google.cloud import aiplatform_v1 as v1
 from google.protobuf import field_mask_pb2
 
+from gcp import operations
+
 NEW = "0"  # the id DeployModelRequest.traffic_split uses for the model being deployed
 
 
@@ -73,7 +75,7 @@ def parse_split(text: str, deployed_ids: list[str]) -> dict[str, int]:
 
 def rollback_split(endpoint: v1.Endpoint) -> dict[str, int]:
     """All traffic to the model deployed before the newest one."""
-    models = sorted(endpoint.deployed_models, key=lambda model: model.create_time.timestamp())
+    models = sorted(endpoint.deployed_models, key=lambda model: operations.instant(model.create_time))
     if len(models) < 2:
         raise TrafficError(f"{endpoint.name} has {len(models)} deployed model(s): nothing to roll back to")
     previous = models[-2].id

@@ -1,7 +1,9 @@
 """A local stand-in for the Vertex AI REST API (v1) that records every request it receives.
 
 It answers model upload, endpoint create/get/delete, deploy and undeploy with finished operations,
-and forwards :predict, :rawPredict and :streamRawPredict to a real container, as Vertex does. A batch
+and forwards :predict, :rawPredict and :streamRawPredict to a real container, as Vertex does; the
+OpenAI-compatible door (``POST /v1beta1/.../endpoints/ID/chat/completions``, PredictionService.ChatCompletions:
+an ``HttpBody`` in, a stream of ``HttpBody`` out, as StreamRawPredict) forwards the body as it is. A batch
 prediction job runs as Vertex's batch workers run it: the JSONL input is read from Cloud Storage (the
 emulator), sent to the container's predict route in requests of ``batchSize`` instances with the
 job's ``modelParameters``, and the predictions are written back as ``{"instance", "prediction"}``
@@ -10,6 +12,7 @@ lines.
 
 from __future__ import annotations
 
+import base64
 import itertools
 import json
 import re
@@ -48,6 +51,8 @@ class VertexStandIn:
     log_queries: list[dict[str, Any]] = field(default_factory=list)
     grants: dict[tuple[str, str], set[str]] = field(default_factory=dict)  # (principal, bucket) -> permissions
     quota_infos: list[dict[str, Any]] = field(default_factory=list)  # Cloud Quotas API, served 2 a page
+    grpc_target: str | None = None  # host:port of the container's grpcPorts, for :directRawPredict
+    grpc_metadata: tuple[tuple[str, str], ...] = ()  # what a test's container needs on each call (its API key)
 
     def app(self) -> Flask:
         app = Flask("vertex-standin")
@@ -57,6 +62,15 @@ class VertexStandIn:
             query = request.get_json()
             self.log_queries.append(query)
             return _json({"entries": [entry for entry in self.log_entries if _matches(entry, query["filter"])]})
+
+        @app.route("/v1beta1/<path:rest>", methods=["POST"])  # the OpenAI-compatible door (ChatCompletions)
+        def chat_completions(rest: str) -> Response:
+            body = request.get_json(silent=True)
+            self.calls.append(Recorded(request.method, request.path, body))
+            endpoint = re.match(r"(.*/endpoints/[^/]+)/chat/completions$", rest)
+            if endpoint is None or endpoint.group(1) not in self.endpoints:
+                return _json({"error": {"code": 404, "message": f"{rest} not found", "status": "NOT_FOUND"}}, 404)
+            return self.forward("streamRawPredict", self.endpoints[endpoint.group(1)], body)
 
         @app.route("/v1/<path:rest>", methods=["GET", "POST", "DELETE", "PATCH"])
         @app.route("/ui/<path:rest>", methods=["GET"])  # the SDK's REST transport polls operations here
@@ -183,6 +197,8 @@ class VertexStandIn:
         if verb == "rawPredict":
             answer = requests.post(self.container + "/predict", data=raw, headers=headers, timeout=120)
             return Response(answer.content, status=answer.status_code, content_type=answer.headers["Content-Type"])
+        if verb == "directRawPredict":
+            return self.direct_raw_predict(body)
         if verb == "streamRawPredict":
             upstream = requests.post(self.container + "/predict", data=raw, headers=headers, stream=True, timeout=120)
 
@@ -190,6 +206,20 @@ class VertexStandIn:
                             content_type=upstream.headers["Content-Type"])
         return _json({"error": {"code": 404, "message": f"unknown verb {verb}"}}, 404)
 
+
+    def direct_raw_predict(self, body: dict[str, Any]) -> Response:
+        """As Vertex AI does for a model with grpcPorts: the input bytes to the named method, unchanged."""
+        import grpc
+
+        if self.grpc_target is None:
+            return _json({"error": {"code": 400, "message": "the model has no grpcPorts"}}, 400)
+        with grpc.insecure_channel(self.grpc_target) as channel:
+            call: Any = channel.unary_unary(body["methodName"])
+            try:
+                output = call(base64.b64decode(body.get("input", "")), metadata=self.grpc_metadata, timeout=120)
+            except grpc.RpcError as exc:
+                return _json({"error": {"code": 400, "message": exc.details(), "status": exc.code().name}}, 400)
+        return _json({"output": base64.b64encode(output).decode()})
 
     def set_traffic(self, endpoint: dict[str, Any], split: dict[str, Any], also: str | None = None
                     ) -> Response | None:

@@ -34,6 +34,10 @@ class HttpSettings:
         env="LLAMA_ARG_HOST")
     port: int = option(("--port",), "int", 8080, "port to listen on", env="LLAMA_ARG_PORT", minimum=0,
         maximum=65535)
+    grpc_port: int = option(("--grpc-port",), "int", 0,
+        "also serve gRPC on this port, on the --host addresses: the vertex_llama.v1.Llama service (predict and "
+        "chat, unary and streamed), grpc.health.v1 and reflection; Vertex AI's grpcPorts send :directPredict "
+        "and :directRawPredict here (0: off)", env="LLAMA_ARG_GRPC_PORT", minimum=0, maximum=65535)
     api_keys: tuple[str, ...] = option(("--api-key",), "keys", (),
         "API key(s), comma-separated; repeatable", env="LLAMA_API_KEY", metavar="KEY", secret=True)
     api_key_file: str | None = option(("--api-key-file",), "str", None,
@@ -155,6 +159,8 @@ class HttpSettings:
             raise SettingsError("--host: give at least one address")
         if self.port == 0 and sum(not host.endswith(".sock") for host in self.listen_hosts) > 1:
             raise SettingsError("--port 0 is not supported with several TCP addresses in --host")
+        if self.grpc_port and self.grpc_port == self.port:
+            raise SettingsError(f"--grpc-port {self.grpc_port}: that is --port, the HTTP side's")
         if (self.ssl_key_file is None) != (self.ssl_cert_file is None):
             raise SettingsError("--ssl-key-file and --ssl-cert-file: give both to serve HTTPS")
         for name, path in (("--ssl-key-file", self.ssl_key_file), ("--ssl-cert-file", self.ssl_cert_file)):

@@ -26,5 +26,11 @@ class VertexSettings:
         "caller never sees or touches the slots, whatever --slots and --slots-debug say", env="LLAMA_ARG_PREDICT_SLOTS",
         negative_flags=("--no-predict-slots",))
 
+    predictions_format: str = option(("--predictions-format",), "choice", "llama-server",
+        "how /predict answers a request of exactly one chat-completion instance: llama-server (a list of "
+        "one, as llama-server and every other instance) or model-garden (the chat completion object itself, "
+        "as Model Garden's vLLM container answers: code that reads predictions[\"choices\"] works unchanged)",
+        env="LLAMA_ARG_PREDICTIONS_FORMAT", choices=("llama-server", "model-garden"))
+
     def check(self) -> None:
         """Nothing beyond the options' own bounds."""

@@ -7,6 +7,7 @@ together, decoded in the same steps, and read as they come.
 from __future__ import annotations
 
 import queue
+import time
 from collections.abc import Callable, Generator, Iterator, Sequence
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
@@ -69,11 +70,18 @@ class JobGroup:
             job.cancel()
 
     def events(self, should_stop: Callable[[], bool]) -> Generator[tuple[int, JobEvent], None, None]:
-        """Events of every job as they arrive; raises the first engine error (and cancels the rest)."""
+        """Events of every job as they arrive; raises the first engine error (and cancels the rest).
+        ``should_stop`` is asked every POLL_SECONDS while events flow too: a job whose tokens never stop
+        coming must still end when its client has gone (or its gRPC deadline has passed)."""
         remaining = self.size
+        asked = time.monotonic()
         try:
             while remaining:
                 index, event = next_event(self._sink, should_stop)
+                if time.monotonic() - asked >= POLL_SECONDS:
+                    asked = time.monotonic()
+                    if should_stop():
+                        raise CancelledError("the client disconnected")
                 if isinstance(event, EngineError):
                     raise event
                 if isinstance(event, Completion):

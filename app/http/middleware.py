@@ -3,7 +3,6 @@ the shutdown gate), the API key check."""
 
 from __future__ import annotations
 
-import hmac
 from collections.abc import Callable, Collection
 
 from flask import Flask, Response, request
@@ -12,20 +11,11 @@ from app.http.cors import DEFAULT_CORS, CorsPolicy
 from app.http.render import to_response
 from app.protocol.api import ApiReply
 from app.protocol.errors import AuthenticationError, UnavailableError
+from app.protocol.keys import key_is_valid, presented_key
 
 
 def _presented_key() -> str:
-    value = request.headers.get("Authorization", "") or request.headers.get("X-Api-Key", "")
-    return value.removeprefix("Bearer ").strip()
-
-
-def key_is_valid(presented: str, keys: Collection[str]) -> bool:
-    """Constant-time comparison against every configured key."""
-    presented_bytes = presented.encode()
-    valid = False
-    for key in keys:
-        valid |= hmac.compare_digest(presented_bytes, key.encode())
-    return valid
+    return presented_key(request.headers.get("Authorization", ""), request.headers.get("X-Api-Key", ""))
 
 
 def install_middleware(

@@ -14,7 +14,7 @@ from app.config.settings import OPTIONS, UNIMPLEMENTED, SettingsError, llama_spe
 RESERVED = frozenset({
     "host", "port", "reuse_port", "api_keys", "api_key_file", "ssl_key_file", "ssl_cert_file", "api_prefix",
     "alias", "model", "mmproj", "model_url", "mmproj_url", "hf_repo", "hf_file", "models_dir", "models_preset",
-    "models_max", "models_autoload",
+    "models_max", "models_autoload", "grpc_port",  # the router serves gRPC; a child would take its port
     # agent mode: the router runs the tools, the MCP servers and the CORS proxy; a child starts none
     "tools", "tools_runtime", "mcp_servers_config", "mcp_servers_json", "agent", "ui_mcp_proxy", "tools_root",
     "tools_max_timeout", "tools_max_output", "tools_ssh_config",

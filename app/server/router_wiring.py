@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import importlib.metadata
 import logging
-import threading
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -19,7 +18,7 @@ from app.router.catalog import CatalogError, ModelEntry, load_catalog
 from app.router.children import Launch, Spawner
 from app.router.models import RouterModels
 from app.router.routes import Router, router_routes
-from app.server.http_side import serve_table
+from app.server.http_side import HttpSide, serve_table
 from app.vertex.environment import VertexEnvironment
 
 if TYPE_CHECKING:
@@ -35,15 +34,15 @@ class RouterApplication:
     routes: tuple[Route, ...]
     route_prefix: str
     models: RouterModels
-    draining: threading.Event
+    side: HttpSide
     agent: AgentContext
 
-
     def drain(self) -> None:
-        self.draining.set()
+        self.side.drain()
 
     def shutdown(self) -> None:
         """Every child drains and stops (SIGTERM; SIGKILL after its stop-timeout)."""
+        self.side.close()
         self.models.stop_all()
         if self.agent.toolbox is not None:
             self.agent.toolbox.close()
@@ -95,4 +94,4 @@ def build_router_application(settings: Settings, argv: Sequence[str], environ: M
     router.routes = side.routes
     for name in startup_models(catalog, settings.models_max, vertex is not None):
         models.load(name)
-    return RouterApplication(side.flask, side.routes, settings.route_prefix, models, side.draining, agent)
+    return RouterApplication(side.flask, side.routes, settings.route_prefix, models, side, agent)

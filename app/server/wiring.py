@@ -26,7 +26,7 @@ from app.host.memory import available_memory_bytes
 from app.model_sources.gcs import default_cache_dir, fetch_model, find_projector, is_gcs_uri
 from app.model_sources.hub import HUB_SCHEME, fetch_hub_model, is_hub_source
 from app.model_sources.urls import fetch_url, is_url_source
-from app.server.http_side import serve_table
+from app.server.http_side import HttpSide, serve_table
 from app.vertex.environment import VertexEnvironment
 
 if TYPE_CHECKING:  # the HTTP side is imported by build_application, while the model loads
@@ -45,7 +45,7 @@ STARTUP_SWITCH_SECONDS = 0.0005  # the GIL's switch interval while the model loa
 class Application:
     flask: Flask
     context: ServerContext
-    draining: threading.Event
+    side: HttpSide
 
     @property
     def routes(self) -> tuple[Route, ...]:
@@ -57,9 +57,10 @@ class Application:
 
     def drain(self) -> None:
         """From now on new requests get 503: the server is shutting down."""
-        self.draining.set()
+        self.side.drain()
 
     def shutdown(self) -> None:
+        self.side.close()
         self.context.engine.stop()
         if self.context.agent.toolbox is not None:
             self.context.agent.toolbox.close()
@@ -121,7 +122,7 @@ def build_http_side(settings: Settings, engine: Engine, vertex: VertexEnvironmen
     side = serve_table(settings, bind_routes(context), vertex, engine.admitted_as_one, lambda: engine.is_ready,
                        context.api_keys, on_load_failure, context.stream_sessions)
     context.routes = side.routes
-    return Application(side.flask, context, side.draining)
+    return Application(side.flask, context, side)
 
 
 def build_application(

@@ -11,6 +11,10 @@
   The request is admitted as a unit (one place in the engine's queue): once admitted, every
   instance waits for a slot and none is refused for load; a full queue refuses the whole request
   (429 with Retry-After), never a mix of predictions and refusals.
+  With ``--predictions-format model-garden``, a request of exactly one instance for the chat completion
+  route (``@requestFormat: chatCompletions`` or a ``messages`` instance) is answered as Model Garden's vLLM
+  container answers it: ``{"predictions": <the chat completion object>}``, or the route's own error status
+  and body.
 - ``:rawPredict``: any other JSON object goes to the default route (``--predict-default-route``)
   and is answered exactly as that route answers.
 - ``:streamRawPredict``: a raw body with ``stream: true``, or an envelope of exactly one instance
@@ -40,6 +44,8 @@ log = logging.getLogger(__name__)
 
 MAX_INSTANCES = 128
 METRICS_PATH = "/metrics"
+CHAT_PATH = "/v1/chat/completions"
+MODEL_GARDEN = "model-garden"
 ALIASES_PATH = "/vertex/aliases"
 
 
@@ -71,10 +77,13 @@ Admission = Callable[[], AbstractContextManager[None]]
 
 class PredictRoute:
     def __init__(self, routes: Sequence[Route], pool: ThreadPoolExecutor, default_route: str,
-                 admit: Admission = nullcontext, max_response_bytes: int = 0) -> None:
+                 admit: Admission = nullcontext, max_response_bytes: int = 0,
+                 predictions_format: str = "llama-server") -> None:
         """``admit`` admits the instances of one request as a unit (the engine's queue place), or
         raises the error that refuses the whole request; the instances run in copies of its context."""
         self.aliases = AliasTable(routes)
+        chat = self.aliases.by_path.get(CHAT_PATH)
+        self._object_for = chat.name if chat is not None and predictions_format == MODEL_GARDEN else None
         self._pool = pool
         self._admit = admit
         self._max_response_bytes = max_response_bytes
@@ -103,10 +112,29 @@ class PredictRoute:
                 raise InvalidRequestError("streaming takes exactly one instance; "
                                           f"this request has {len(instances)} with stream: true")
             return self._stream_one(request, {**parameters, **instances[0]})
+        if self._object_for is not None and len(instances) == 1:
+            single = self._model_garden_chat(request, instances[0], parameters)
+            if single is not None:
+                return single
         with self._admit():
             futures = [self._pool.submit(contextvars.copy_context().run, self._predict_one, request, instance,
                                          parameters) for instance in instances]
             return self._within_limit(ApiReply(body={"predictions": [future.result() for future in futures]}))
+
+    def _model_garden_chat(self, request: ApiRequest, instance: Any, parameters: dict[str, Any]) -> ApiReply | None:
+        """Model Garden vLLM's answer to one chat-completion instance: the object as ``predictions``, or
+        the route's error as the request's (None: the instance is not for the chat route)."""
+        if not isinstance(instance, dict) or ("@requestFormat" not in instance and is_batch_row(instance)):
+            return None
+        instance = {**parameters, **instance}
+        route, shape, _ = self._resolve(instance)
+        if route is None or route.name != self._object_for:
+            return None
+        with self._admit():
+            reply = self._call(request, route, self._payload(instance, shape))
+        if reply.status >= 400 or reply.body is None:
+            return reply
+        return self._within_limit(ApiReply(body={"predictions": reply.body}))
 
     def _within_limit(self, reply: ApiReply) -> ApiReply:
         """A predict answer over --max-response-bytes is an error that says so, not a body that the
@@ -220,6 +248,7 @@ def vertex_routes(
     admit: Admission = nullcontext,
     max_response_bytes: int = 0,
     predict_slots: bool = False,
+    predictions_format: str = "llama-server",
 ) -> tuple[Route, ...]:
     """The table plus Vertex's routes: the predict route and, if ``AIP_HEALTH_ROUTE`` is set, a
     health alias. Both are built after the alias table, so neither is an alias target. A predict
@@ -230,7 +259,7 @@ def vertex_routes(
     # Vertex AI's metrics scraper sends no API key.
     routes = tuple(replace(route, public=True) if route.path == METRICS_PATH else route for route in routes)
     reachable = tuple(route for route in routes if predict_slots or not route.path.startswith(SLOTS_PATH))
-    predict = PredictRoute(reachable, pool, default_route, admit, max_response_bytes)
+    predict = PredictRoute(reachable, pool, default_route, admit, max_response_bytes, predictions_format)
     for collision in predict.aliases.collisions:
         log.info("alias collision: %s", collision.describe())
     for route in predict.aliases.shadowed:

@@ -82,11 +82,11 @@ class Server:
                 return float(line.split()[1])
         raise AssertionError(f"{name} missing from /metrics")
 
-    def wait_slots_idle(self, timeout: float = 15) -> list[dict[str, object]]:
+    def wait_slots_idle(self, timeout: float = 15, headers: dict[str, str] | None = None) -> list[dict[str, object]]:
         """Poll /slots until no slot is processing; the slots as last seen."""
         deadline = time.monotonic() + timeout
         while True:
-            slots: list[dict[str, object]] = requests.get(self.url("/slots"), timeout=10).json()
+            slots: list[dict[str, object]] = requests.get(self.url("/slots"), headers=headers, timeout=10).json()
             if not any(slot["is_processing"] for slot in slots):
                 return slots
             if time.monotonic() > deadline:

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import requests
 
-from app.config.settings import OPTIONS
+from app.config.settings import OPTIONS, parse_settings
 from gcp import operations
 from gcp.cli import main
 from tests.integration.conftest import ROOT, Server, clean_environment, start, storage_emulator
@@ -213,6 +213,20 @@ def test_upload_sets_the_limits_of_the_endpoint_kind(
     printed = json.loads(_json_blocks(capsys.readouterr().out)[0])
     env = {item["name"]: item["value"] for item in printed["request"]["model"]["containerSpec"]["env"]}
     assert env["LLAMA_ARG_PREDICT_DEADLINE"] == "30"  # --env wins
+
+
+def test_upload_opens_the_grpc_port_and_sets_model_gardens_answer_shape(capsys: pytest.CaptureFixture[str]) -> None:
+    main(["upload", *PROJECT, "--image", "img", "--grpc-port", "8081", "--predictions-format", "model-garden",
+          "--dry-run"])
+    spec = json.loads(_json_blocks(capsys.readouterr().out)[0])["request"]["model"]["containerSpec"]
+    env = {item["name"]: item["value"] for item in spec["env"]}
+    assert spec["grpcPorts"] == [{"containerPort": 8081}] and spec["ports"] == [{"containerPort": 8080}]
+    assert env["LLAMA_ARG_GRPC_PORT"] == "8081" and env["LLAMA_ARG_PREDICTIONS_FORMAT"] == "model-garden"
+    settings = parse_settings([], env)  # the container takes both
+    assert settings.grpc_port == 8081 and settings.predictions_format == "model-garden"
+    main(["upload", *PROJECT, "--image", "img", "--env", "LLAMA_ARG_GRPC_PORT=9000", "--dry-run"])
+    spec = json.loads(_json_blocks(capsys.readouterr().out)[0])["request"]["model"]["containerSpec"]
+    assert spec["grpcPorts"] == [{"containerPort": 9000}]  # the port is read from the container's setting
 
 
 def test_deploy_warns_when_the_model_was_uploaded_for_the_other_endpoint_kind(

@@ -65,7 +65,7 @@ FLOORS: dict[str, int] = {
     "app.model_sources": 1, "app.protocol": 1, "app.agent": 1,
     "app.templating": 2, "app.config": 2,
     "app.handlers": 3, "app.vertex": 3, "app.router": 3,
-    "app.http": 4,
+    "app.http": 4, "app.rpc": 4,
     "app.server": 5,
 }
 
@@ -99,6 +99,15 @@ def test_the_engine_and_the_host_know_no_web_framework_and_nothing_above_them() 
             for name in imports_of(path):
                 assert not name.startswith(("flask", "werkzeug", "gunicorn", "pydantic")), (path, name)
                 assert not name.startswith("app.") or name.startswith(package.replace("/", ".")), (path, name)
+
+
+def test_only_the_grpc_door_imports_grpc() -> None:
+    """app/rpc/ is the one package that imports grpc (the gunicorn master never loads it: see app/rpc)."""
+    for path in modules("app"):
+        if "rpc" in path.relative_to(ROOT).parts:
+            continue
+        for name in imports_of(path):
+            assert not name.startswith(("grpc", "grpc_health", "grpc_reflection")), (path, name)
 
 
 def test_the_router_never_imports_the_engine_or_the_handlers() -> None:
