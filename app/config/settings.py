@@ -26,6 +26,7 @@ from app.config.logs import LogSettings
 from app.config.model import ModelSettings
 from app.config.options import Option, SettingsError, convert, scaled
 from app.config.placement import PlacementSettings
+from app.config.presets import PRESETS, expand_presets
 from app.config.router import RouterSettings
 from app.config.sampling import SamplingSettings
 from app.config.serving import ServingSettings
@@ -66,7 +67,8 @@ OPTIONS: tuple[Option, ...] = tuple(
     if "option" in item.metadata
 )
 HELP_FLAGS = ("-h", "--help", "--usage")  # llama-server's
-_OWN_FLAGS = frozenset([*HELP_FLAGS, *(flag for option in OPTIONS for flag in (*option.flags, *option.negative_flags))])
+_OWN_FLAGS = frozenset([*HELP_FLAGS, *PRESETS,
+                        *(flag for option in OPTIONS for flag in (*option.flags, *option.negative_flags))])
 UNIMPLEMENTED = unimplemented(_OWN_FLAGS)
 EXTENSIONS = extensions((option.flags, option.negative_flags, option.env) for option in OPTIONS)
 _UPSTREAM_DEST = "upstream:"
@@ -156,7 +158,8 @@ _KNOWN_FLAGS = _OWN_FLAGS | {name for flag in UNIMPLEMENTED for name in (*flag.f
 def llama_spelling(argv: Sequence[str]) -> list[str]:
     """``argv`` with llama-server's spelling rule applied: a long flag may use ``_`` for ``-``
     (common/arg.cpp replaces them in every ``--`` argument), so ``--backend_sampling`` is
-    ``--backend-sampling``. Only a word that then names a flag is changed, never a value."""
+    ``--backend-sampling``. Only a word that then names a flag is changed, never a value. Then its
+    presets expand in place (app/config/presets.py)."""
     spelled = []
     for word in argv:
         name, equals, value = word.partition("=")
@@ -165,7 +168,7 @@ def llama_spelling(argv: Sequence[str]) -> list[str]:
             if candidate in _KNOWN_FLAGS:
                 word = candidate + equals + value
         spelled.append(word)
-    return spelled
+    return expand_presets(spelled)
 
 
 def parse_settings(

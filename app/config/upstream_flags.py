@@ -96,9 +96,11 @@ def treatment(flag: UpstreamFlag) -> Treatment | None:
         return _refuse(f"removed from llama-server: {flag.removed}")
     if flag.speculative or any("draft" in name for name in flag.flags):
         return _speculation_treatment(flag)
-    if flag.name.endswith(("-default", "-spec")):
-        return _refuse("llama-server's presets are not built in here: give the model with --hf-repo (or --model) "
-                       "and the flags")
+    if flag.name.endswith("-spec"):
+        return _refuse("this preset's draft model comes from the Hub, which speculative decoding here does not fetch: "
+                       "give --hf-repo, --spec-draft-model (a path or gs:// URI) and the flags")
+    if flag.name == "--spec-default":
+        return _refuse("llama.cpp's ngram-mod drafts are not implemented here: use --spec-type ngram-simple")
     for name in (*flag.flags, *flag.negative):
         if name in TREATMENTS:
             return TREATMENTS[name]

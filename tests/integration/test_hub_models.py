@@ -13,7 +13,7 @@ import requests
 
 from app.model_sources.files import embedded_model_path
 from tests.hub_standin import hub_standin
-from tests.integration.conftest import launch, start
+from tests.integration.conftest import free_port, launch, start
 from tests.projectors import make_vision_projector
 
 TOKEN = "hf_standin_secret"
@@ -65,3 +65,27 @@ def test_a_tag_the_repository_lacks_stops_with_the_files_listed(server_dir: Path
                          {"HF_ENDPOINT": url})
         assert stopped.process.wait(120) == 4
     assert "has no GGUF file tagged Q5_K_M" in stopped.log() and "SmolLM2-135M-Instruct.Q4_1.gguf" in stopped.log()
+
+
+def test_a_llama_server_preset_starts_its_model_with_its_settings(server_dir: Path, tmp_path: Path) -> None:
+    """``--gpt-oss-20b-default`` as llama-server takes it: its Hub model and settings, expanded in place (a
+    flag before it is overridden, one after it wins)."""
+    repository = {"gpt-oss-20b-mxfp4.gguf": embedded_model_path()}
+    port = free_port()
+    args = ["--temp", "0.5", "--gpt-oss-20b-default", "--port", str(port), "-c", "4096",
+            "--model-cache-dir", str(tmp_path / "cache")]
+    with hub_standin({"ggml-org/gpt-oss-20b-GGUF": repository}) as (url, hub):
+        server = launch(server_dir, args, {"HF_ENDPOINT": url}, port=port)
+        try:
+            server.wait_healthy()
+            props = requests.get(server.url("/props"), timeout=10).json()
+            assert props["model_path"].endswith("gpt-oss-20b-mxfp4.gguf") and props["total_slots"] == 2
+            settings = props["default_generation_settings"]["params"]
+            assert (settings["temperature"], settings["top_p"], settings["top_k"]) == (1.0, 1.0, 0)
+            assert abs(settings["min_p"] - 0.01) < 1e-6
+            reply = requests.post(server.url("/v1/chat/completions"), timeout=120, json={
+                "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4})
+            assert reply.status_code == 200 and reply.json()["choices"][0]["message"]["content"] is not None
+        finally:
+            assert server.stop() == 0, server.log()
+        assert any("gpt-oss-20b-mxfp4.gguf" in line for line in hub.requests)

@@ -9,10 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from app.config.presets import PRESETS, expand_presets
 from app.config.settings import HELP_FLAGS, OPTIONS, UNIMPLEMENTED, SettingsError, parse_settings
 from app.config.upstream_flags import UpstreamFlag, treatment, upstream_flags
 
-DECLARED = {*HELP_FLAGS, *(flag for option in OPTIONS for flag in (*option.flags, *option.negative_flags))}
+DECLARED = {*HELP_FLAGS, *PRESETS, *(flag for option in OPTIONS for flag in (*option.flags, *option.negative_flags))}
 SAMPLE_VALUES = {"int": "1", "string": "1", "bool": "", "void": ""}
 
 
@@ -103,3 +104,14 @@ def test_the_configuration_guide_names_every_option() -> None:
     section = page[:page.index("<!-- upstream-flags:start")] + page[page.index("<!-- upstream-flags:end"):]
     missing = [option.flags[-1] for option in OPTIONS if not any(f"`{flag}" in section for flag in option.flags)]
     assert not missing, f"options docs/configuration.md does not name: {missing}"
+
+
+def test_a_preset_expands_in_place_as_llama_server_applies_it() -> None:
+    before = parse_settings(["--port", "9000", "--fim-qwen-7b-default"], {})
+    assert (before.port, before.hf_repo, before.hf_file) == (8012, "ggml-org/Qwen2.5-Coder-7B-Q8_0-GGUF",
+                                                             "qwen2.5-coder-7b-q8_0.gguf")
+    assert before.cache_reuse == 256 and (before.batch_size, before.ubatch_size) == (1024, 1024)
+    after = parse_settings(["--embd-gemma-default", "-np", "4", "--port", "9000"], {})
+    assert (after.port, after.n_parallel, after.embeddings, after.ctx_size) == (9000, 4, True, 65536)
+    assert expand_presets(["--jinja"]) == ["--jinja"]
+    assert all(parse_settings([flag], {}).hf_repo for flag in PRESETS)  # each names its Hub model
