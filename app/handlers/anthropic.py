@@ -77,7 +77,7 @@ class AnthropicMessage(BaseModel):
 class MessagesBody(BaseModel):
     model_config = ConfigDict(extra="allow")
     model: str | None = None
-    messages: list[AnthropicMessage] = Field(min_length=1)
+    messages: list[AnthropicMessage]  # empty is answered, as llama-server answers it
     system: str | list[TextBlock] | None = None
     max_tokens: int = Field(DEFAULT_MAX_TOKENS, ge=1)
     stop_sequences: list[str] | None = None

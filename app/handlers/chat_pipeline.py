@@ -100,7 +100,7 @@ def render_prompt(ctx: ServerContext, body: ChatBody, plan: ToolPlan | None = No
     kwargs = {**ctx.settings.template_kwargs, **(body.chat_template_kwargs or {}),
               **_effort(body.reasoning_effort or ctx.settings.reasoning_effort)} or None
     if _continues(body, messages, ctx.settings.prefill_assistant):
-        if messages[-1]["role"] != "assistant":
+        if not messages or messages[-1]["role"] != "assistant":
             return template.render(messages, False, tools, kwargs)
         head = template.render(messages[:-1], True, tools, kwargs)
         return head + str(messages[-1]["content"])
@@ -135,15 +135,15 @@ def _continues(body: ChatBody, messages: list[dict[str, Any]], prefill: bool) ->
     ``continue_final_message`` (with ``add_generation_prompt`` false), or a trailing assistant message
     (a prefill, unless --no-prefill-assistant)."""
     asked = body.continue_final_message is True or body.continue_final_message in ("content", "reasoning_content")
-    last = messages[-1]
-    if not asked and last["role"] == "assistant" and prefill:
+    last: dict[str, Any] = messages[-1] if messages else {}  # no messages: an assistant turn from nothing
+    if not asked and last.get("role") == "assistant" and prefill:
         if len(messages) > 1 and messages[-2]["role"] == "assistant":
             raise InvalidRequestError("Field 'messages': cannot have two assistant messages at the end")
         return True
     if asked and body.add_generation_prompt:
         raise InvalidRequestError("Field 'continue_final_message': cannot set both add_generation_prompt and "
                                   "continue_final_message to true (set add_generation_prompt to false)")
-    if asked and last["role"] == "assistant" and last.get("tool_calls"):
+    if asked and last.get("role") == "assistant" and last.get("tool_calls"):
         raise InvalidRequestError("Field 'continue_final_message': cannot continue an assistant message that "
                                   "contains tool calls")
     return asked

@@ -285,7 +285,7 @@ class ResponseFormat(BaseModel):
 
 
 class ChatBody(GenerationFields):
-    messages: list[ChatMessage] = Field(min_length=1)
+    messages: list[ChatMessage]  # empty is answered (an assistant turn from nothing), as llama-server answers it
     add_generation_prompt: bool = True
     continue_final_message: bool | str | None = None  # true, "content" or "reasoning_content": continue it
     chat_template_kwargs: dict[str, Any] | None = None

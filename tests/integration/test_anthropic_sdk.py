@@ -104,3 +104,16 @@ def test_bad_input_is_a_400(client: anthropic.Anthropic) -> None:
     with pytest.raises(anthropic.BadRequestError):
         client.messages.create(model="m", max_tokens=10,
                                messages=[{"role": "wizard", "content": "hi"}])  # type: ignore[misc,list-item]
+
+
+def test_an_empty_conversation_is_answered_as_llama_server_answers_it(client: anthropic.Anthropic,
+                                                                      vertex_server: Server) -> None:
+    """No messages at all: the prompt is the template's generation prompt alone, and the model answers it
+    (llama-server does the same on /v1/messages and /v1/chat/completions)."""
+    answer = client.messages.create(model="m", max_tokens=4, messages=[])
+    assert answer.stop_reason == "max_tokens" and answer.usage.output_tokens == 4
+    chat = requests.post(vertex_server.url("/v1/chat/completions"), timeout=60,
+                         json={"messages": [], "max_tokens": 4}).json()
+    assert chat["usage"]["completion_tokens"] == 4
+    rendered = requests.post(vertex_server.url("/apply-template"), json={"messages": []}, timeout=10).json()
+    assert rendered["prompt"] == "<|im_start|>assistant\n"  # the embedded model's template, with nothing before

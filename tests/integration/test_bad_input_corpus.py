@@ -72,13 +72,13 @@ CORPUS: list[tuple[str, str, bytes, dict[str, str]]] = [
     # empty, over-long and huge content
     ("POST", "/completion", j({"prompt": ""}), {}),
     ("POST", "/completion", j({"prompt": []}), {}),
-    ("POST", CHAT, j({"messages": []}), {}),
+    ("POST", CHAT, j({"messages": [{}]}), {}),
     ("POST", CHAT, j({"messages": [{"role": "user", "content": "word " * 3000}]}), {}),
     ("POST", "/completion", j({"prompt": "x" * (10 * 1024 * 1024)}), {}),
     ("POST", "/v1/embeddings", j({"input": []}), {}),
     ("POST", "/v1/embeddings", j({"input": "word " * 2000}), {}),
-    ("POST", "/v1/responses", j({"input": []}), {}),
-    ("POST", "/v1/messages", j({"messages": [], "max_tokens": 5}), {}),
+    ("POST", "/v1/responses", j({"input": 5}), {}),
+    ("POST", "/v1/messages", j({"messages": [{"role": "user"}], "max_tokens": 5}), {}),
     # unknown formats, fields and routes
     ("POST", CHAT, j({"messages": MSG, "response_format": {"type": "yaml"}}), {}),
     ("POST", CHAT, j({"messages": MSG, "tool_choice": "whenever", "tools": [

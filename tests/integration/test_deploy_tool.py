@@ -254,7 +254,7 @@ BATCH_ROWS: list[dict[str, Any]] = [
      "body": {"prompt": "Once", "max_tokens": 4}},
     {"custom_id": "embedding-3", "method": "POST", "url": "/embedding", "body": {"content": "hello"}},
     {"custom_id": "no-route-4", "method": "POST", "url": "/v1/nothing", "body": {}},
-    {"custom_id": "bad-body-5", "url": "/v1/chat/completions", "body": {"messages": []}},
+    {"custom_id": "bad-body-5", "url": "/v1/chat/completions", "body": {"messages": "none"}},
 ]
 
 

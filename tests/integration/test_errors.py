@@ -35,7 +35,7 @@ def assert_error(response: requests.Response, status: int, kind: str, *words: st
          ["temperature"]),
         ("/v1/chat/completions", {"messages": "hello"}, ["messages"]),
         ("/v1/chat/completions", {}, ["messages"]),
-        ("/v1/chat/completions", {"messages": []}, ["messages"]),
+        ("/v1/chat/completions", {"messages": [{}]}, ["messages.0"]),
         ("/v1/chat/completions", {"messages": [{"role": "wizard", "content": "hi"}]}, ["messages.0.role"]),
         ("/v1/chat/completions", {"messages": [{"role": "user"}]}, ["messages.0.content"]),
         ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "max_tokens": -7},

@@ -197,7 +197,7 @@ def test_the_predict_console_sends_three_instances_and_shows_the_error(vertex_se
     page.locator("#add-instance").click()
     expect(instances.nth(2).locator("select.format")).to_have_value("tokenize")  # as the instance before it
     instances.nth(2).locator("select.format").select_option("chatCompletions")
-    instances.nth(2).locator("textarea.body").fill('{"messages": []}')
+    instances.nth(2).locator("textarea.body").fill('{"messages": "none"}')
     page.locator("#parameters").fill('{"max_tokens": 8, "temperature": 0}')
     with page.expect_request("**/predict") as sent:
         page.locator("#send-predict").click()
