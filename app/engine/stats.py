@@ -67,6 +67,16 @@ class EngineStats:
     drafts_total: int = 0  # ... drafts verified
     accepted_per_position: tuple[int, ...] = ()  # drafts whose token at each position was kept
 
+    def since(self, earlier: EngineStats) -> EngineStats:
+        """These stats with the prompt and generation counters of the time since ``earlier`` only."""
+        return replace(self, prompt_tokens_total=self.prompt_tokens_total - earlier.prompt_tokens_total,
+                       prompt_seconds_total=self.prompt_seconds_total - earlier.prompt_seconds_total,
+                       tokens_predicted_total=self.tokens_predicted_total - earlier.tokens_predicted_total,
+                       tokens_predicted_seconds_total=(self.tokens_predicted_seconds_total
+                                                       - earlier.tokens_predicted_seconds_total),
+                       tokens_predicted_steps_total=(self.tokens_predicted_steps_total
+                                                     - earlier.tokens_predicted_steps_total))
+
     @property
     def kv_usage(self) -> float:
         """The share of KV cells in use, 0 to 1 (vLLM's gpu_cache_usage_perc)."""

@@ -10,6 +10,7 @@ collector reads the engine's counters at scrape time: nothing is updated on the 
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Literal
@@ -30,6 +31,9 @@ class MetricSpec:
     kind: Literal["counter", "gauge", "histogram", "positions"]  # positions: a counter per draft position
     help: str
     read: Callable[[EngineStats], float | Histogram | tuple[int, ...]]
+    # read from the window since the previous scrape, not from the start (llama-server's "bucket" gauges:
+    # averaged over the time between two scrapes, and 0 in a window without work, asleep or awake)
+    windowed: bool = False
 
 
 METRICS: tuple[MetricSpec, ...] = (
@@ -53,9 +57,9 @@ METRICS: tuple[MetricSpec, ...] = (
                lambda s: s.n_decode_total),
     MetricSpec("llamacpp:n_tokens_max", "gauge", "Largest observed n_tokens.", lambda s: s.n_tokens_max),
     MetricSpec("llamacpp:prompt_tokens_seconds", "gauge", "Average prompt throughput in tokens/s.",
-               lambda s: s.prompt_tokens_per_second),
+               lambda s: s.prompt_tokens_per_second, windowed=True),
     MetricSpec("llamacpp:predicted_tokens_seconds", "gauge", "Average generation throughput in tokens/s.",
-               lambda s: s.predicted_tokens_per_second),
+               lambda s: s.predicted_tokens_per_second, windowed=True),
     MetricSpec("llamacpp:requests_processing", "gauge", "Number of requests processing.",
                lambda s: s.requests_processing),
     MetricSpec("llamacpp:requests_deferred", "gauge", "Number of requests deferred.", lambda s: s.requests_deferred),
@@ -113,11 +117,16 @@ def family(spec: MetricSpec, stats: EngineStats) -> Metric:
 class EngineCollector(Collector):
     def __init__(self, read_stats: Callable[[], EngineStats]) -> None:
         self._read_stats = read_stats
+        self._lock = threading.Lock()
+        self._previous = EngineStats()  # the stats of the previous scrape
 
     def collect(self) -> Iterator[Metric]:
         stats = self._read_stats()
+        with self._lock:
+            window = stats.since(self._previous)
+            self._previous = stats
         for spec in METRICS:
-            yield family(spec, stats)
+            yield family(spec, window if spec.windowed else stats)
 
 
 class MetricsExporter:

@@ -365,13 +365,25 @@ def test_slot_actions_need_a_save_path(vertex_server: Server) -> None:
 # ---- idle sleep ------------------------------------------------------------------------------
 
 
+def metric_values(server: Server) -> dict[str, float]:
+    lines = requests.get(server.url("/metrics"), timeout=10).text.splitlines()
+    return {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1]) for line in lines if line.startswith("llamacpp:")}
+
+
 def test_idle_sleep_frees_the_model_and_wakes_on_demand(server_dir: Path) -> None:
     running = start(server_dir, ["--sleep-idle-seconds", "1", "--metrics", "-np", "1", "-c", "1024"])
     try:
+        assert post(running, "/completion", {"prompt": "Hi", "n_predict": 4, "ignore_eos": True}).status_code == 200
         deadline = time.monotonic() + 20
         while not requests.get(running.url("/props"), timeout=10).json()["is_sleeping"]:
             assert time.monotonic() < deadline, "the model never went to sleep"
             time.sleep(0.2)
+        # /metrics asleep, as llama-server: the window since the last scrape holds the work done before the
+        # sleep; the next window holds none (its rates are 0), and the totals stay
+        asleep = [metric_values(running) for _ in range(2)]
+        assert asleep[0]["llamacpp:predicted_tokens_seconds"] > 0 and asleep[0]["llamacpp:requests_processing"] == 0
+        assert asleep[1]["llamacpp:predicted_tokens_seconds"] == 0 == asleep[1]["llamacpp:prompt_tokens_seconds"]
+        assert asleep[1]["llamacpp:tokens_predicted_total"] == asleep[0]["llamacpp:tokens_predicted_total"] == 4
         for path in ("/health", "/props", "/metrics", "/v1/models", "/slots"):
             assert requests.get(running.url(path), timeout=10).status_code == 200, path
         assert requests.get(running.url("/props"), timeout=10).json()["is_sleeping"] is True
