@@ -3,10 +3,10 @@ stands for the flags it sets there, expanded in place, so that what follows it o
 and what precedes it is overridden, as there. The model comes from the Hugging Face Hub (``-hf``), through
 the hub support every ``-hf`` model uses (app/model_sources/hub.py).
 
-Not here: ``--fim-qwen-7b-spec`` and ``--fim-qwen-14b-spec`` (their draft model comes from the Hub, which this
-server's speculative decoding does not fetch) and ``--spec-default`` (llama.cpp's ngram-mod drafts); the
-flag table refuses them with that reason (app/config/upstream_flags.py). ``--embd-gemma-default`` leaves out
-llama-server's ``verbose_prompt`` (a log detail)."""
+Not here: ``--fim-qwen-7b-spec`` and ``--fim-qwen-14b-spec`` (their draft model comes from the Hub, which
+this server's speculative decoding does not fetch); the flag table refuses them with that reason
+(app/config/upstream_flags.py). ``--embd-gemma-default`` leaves out llama-server's ``verbose_prompt`` (a
+log detail)."""
 
 from __future__ import annotations
 
@@ -33,6 +33,9 @@ PRESETS: dict[str, tuple[str, ...]] = {
     "--gpt-oss-120b-default": ("-hf", "ggml-org/gpt-oss-120b-GGUF", *_GPT_OSS),
     "--vision-gemma-4b-default": ("-hf", "ggml-org/gemma-3-4b-it-qat-GGUF", *_VISION_GEMMA),
     "--vision-gemma-12b-default": ("-hf", "ggml-org/gemma-3-12b-it-qat-GGUF", *_VISION_GEMMA),
+    # speculative decoding's default: ngram-mod drafts (no model to fetch)
+    "--spec-default": ("--spec-type", "ngram-mod", "--spec-ngram-mod-n-match", "24", "--spec-ngram-mod-n-min", "48",
+                       "--spec-ngram-mod-n-max", "64"),
 }
 
 

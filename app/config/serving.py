@@ -72,7 +72,8 @@ class ServingSettings:
         "at start; -1: no limit; 0: off)", env="LLAMA_ARG_CACHE_RAM", minimum=-1, metavar="MIB")
     spec_type: str = option(("--spec-type",), "str", "none",
         "comma-separated speculative decoding types, tried in order: ngram-simple (drafts from the slot's own "
-        "history), draft-simple (a draft model; the default when --spec-draft-model is given), none",
+        "history), ngram-mod (drafts from an n-gram table every slot feeds), draft-simple (a draft model; the "
+        "default when --spec-draft-model is given), none",
         env="LLAMA_ARG_SPEC_TYPE", metavar="TYPES")
     spec_draft_model: str | None = option(("-md", "--model-draft", "--spec-draft-model"), "str", None,
         "draft model for speculative decoding (same vocabulary; a path or a gs:// URI)",
@@ -101,6 +102,13 @@ class ServingSettings:
         "ngram-simple: tokens looked up in the history (the last sampled one included)", minimum=1, metavar="N")
     spec_ngram_simple_size_m: int = option(("--spec-ngram-simple-size-m",), "int", 48,
         "ngram-simple: most tokens drafted after a match", minimum=1, metavar="N")
+    spec_ngram_mod_n_match: int = option(("--spec-ngram-mod-n-match",), "int", 24,
+        "ngram-mod: tokens an n-gram of the table holds", minimum=1, maximum=1024, metavar="N")
+    spec_ngram_mod_n_min: int = option(("--spec-ngram-mod-n-min",), "int", 48,
+        "ngram-mod: a shorter draft is not verified", minimum=0, maximum=1024, metavar="N")
+    spec_ngram_mod_n_max: int = option(("--spec-ngram-mod-n-max",), "int", 64,
+        "ngram-mod: most tokens drafted a step (a request's speculative.n_max bounds it too)", minimum=0,
+        maximum=1024, metavar="N")
     slot_save_path: str | None = option(("--slot-save-path",), "str", None,
         "directory for POST /slots/{id}?action=save|restore files", env="LLAMA_ARG_SLOT_SAVE_PATH",
         metavar="PATH")
@@ -138,7 +146,9 @@ class ServingSettings:
             types = ("draft-simple",)
         return SpeculationOptions(types=types, draft_n_max=self.spec_draft_n_max, draft_n_min=self.spec_draft_n_min,
                                   draft_p_min=self.spec_draft_p_min, ngram_size_n=self.spec_ngram_simple_size_n,
-                                  ngram_size_m=self.spec_ngram_simple_size_m)
+                                  ngram_size_m=self.spec_ngram_simple_size_m,
+                                  ngram_mod_n_match=self.spec_ngram_mod_n_match,
+                                  ngram_mod_n_min=self.spec_ngram_mod_n_min, ngram_mod_n_max=self.spec_ngram_mod_n_max)
 
     @property
     def draft_gpu_layers(self) -> int:

@@ -99,8 +99,6 @@ def treatment(flag: UpstreamFlag) -> Treatment | None:
     if flag.name.endswith("-spec"):
         return _refuse("this preset's draft model comes from the Hub, which speculative decoding here does not fetch: "
                        "give --hf-repo, --spec-draft-model (a path or gs:// URI) and the flags")
-    if flag.name == "--spec-default":
-        return _refuse("llama.cpp's ngram-mod drafts are not implemented here: use --spec-type ngram-simple")
     for name in (*flag.flags, *flag.negative):
         if name in TREATMENTS:
             return TREATMENTS[name]
@@ -113,8 +111,8 @@ def _speculation_treatment(flag: UpstreamFlag) -> Treatment:
     name = flag.name
     if any(part in name for part in ("-cpu-mask", "-cpu-range", "-cpu-strict", "-prio", "-poll")):
         return DRAFT_PLACEMENT
-    if "-ngram-map-k" in name or "-ngram-mod-" in name:
-        return _warn("only for --spec-type ngram-map-k, ngram-map-k4v and ngram-mod, which are not implemented here")
+    if "-ngram-map-k" in name:
+        return _warn("only for --spec-type ngram-map-k and ngram-map-k4v, which are not implemented here")
     if name == "--spec-ngram-simple-min-hits":
         return _warn("ngram-simple takes the latest match of the n-gram, as llama.cpp's ngram-simple does (it reads "
                      "no hit count there either)")

@@ -251,6 +251,8 @@ class Scheduler(Admission):
             slot.draft_n += len(draft)
             slot.draft_accepted += accepted
             self.stats.on_speculation(len(draft), accepted)
+            if self.speculator is not None:
+                self.speculator.accepted(slot.id, accepted)
         for sampled in produced:
             if not self._take_token(slot, sampled):
                 return

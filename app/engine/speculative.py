@@ -12,6 +12,8 @@ Two kinds of drafter, tried in the order ``--spec-type`` gives them, the first d
 
 - ``ngram-simple``: no model. The last ``size_n`` tokens (the sampled one last) are looked up in the
   slot's own history, latest match first; the ``size_m`` tokens that followed it there are the draft.
+- ``ngram-mod``: no model. A table shared by every slot maps each ``n_match`` tokens to the one that
+  followed them; the draft follows it from the slot's last tokens (app/engine/ngram_mod.py).
 - ``draft-simple``: a small model of the same vocabulary (``-md``) drafts greedily, in a context of its
   own with one sequence per slot; all slots' drafts advance in one decode per drafted token, and a
   draft stops at a token the draft model is less sure of than ``p_min``.
@@ -26,15 +28,16 @@ from dataclasses import dataclass, field
 
 from app.engine.backend import Backend, BatchToken
 from app.engine.errors import DecodeError
+from app.engine.ngram_mod import NgramMod
 from app.engine.slots import common_prefix_length
 from app.engine.types import SpeculativeParams
 
 log = logging.getLogger(__name__)
 
 # --spec-type values: the ones implemented here, and the pinned llama.cpp's others (refused at start-up)
-SPEC_TYPES = ("none", "draft-simple", "ngram-simple")
+SPEC_TYPES = ("none", "draft-simple", "ngram-simple", "ngram-mod")
 UPSTREAM_ONLY_SPEC_TYPES = ("draft-eagle3", "draft-mtp", "draft-dflash", "draft-dspark", "ngram-map-k",
-                            "ngram-map-k4v", "ngram-mod", "ngram-cache")
+                            "ngram-map-k4v", "ngram-cache")
 
 
 @dataclass(frozen=True)
@@ -47,6 +50,9 @@ class SpeculationOptions:
     draft_p_min: float = 0.0  # --spec-draft-p-min
     ngram_size_n: int = 12  # --spec-ngram-simple-size-n
     ngram_size_m: int = 48  # --spec-ngram-simple-size-m
+    ngram_mod_n_match: int = 24  # --spec-ngram-mod-n-match
+    ngram_mod_n_min: int = 48  # --spec-ngram-mod-n-min
+    ngram_mod_n_max: int = 64  # --spec-ngram-mod-n-max
 
     @property
     def enabled(self) -> bool:
@@ -162,13 +168,16 @@ class Speculator:
         self.options = options
         self.types = options.types
         self.model = DraftModel(draft_backend, n_vocab) if draft_backend is not None else None
+        self.ngram_mod = NgramMod(options.ngram_mod_n_match, options.ngram_mod_n_min, options.ngram_mod_n_max)
+        self._drafted_by: dict[int, str] = {}  # each slot's last draft: the drafter that made it
         if "draft-simple" in self.types and self.model is None:
             log.warning("draft-simple speculation needs a draft model (--spec-draft-model): left out")
             self.types = tuple(kind for kind in self.types if kind != "draft-simple")
 
     def n_max(self, kind: str, params: SpeculativeParams) -> int:
         """The most tokens a drafter of ``kind`` proposes for a request with ``params``."""
-        configured = self.options.draft_n_max if kind == "draft-simple" else self.options.ngram_size_m
+        configured = {"draft-simple": self.options.draft_n_max, "ngram-mod": self.options.ngram_mod_n_max}.get(
+            kind, self.options.ngram_size_m)
         if params.n_max is None:
             return configured
         return params.n_max if kind == "draft-simple" else min(configured, params.n_max)
@@ -189,6 +198,9 @@ class Speculator:
             if kind == "ngram-simple":
                 found = {want.seq: ngram_simple_draft(want.history, want.last, self.options.ngram_size_n,
                                                       self.options.ngram_size_m) for want in asking}
+            elif kind == "ngram-mod":
+                found = {want.seq: self.ngram_mod.draft(want.seq, want.history, want.last, bound[want.seq])
+                         for want in asking}
             else:
                 assert self.model is not None
                 found = self.model.draft(asking, bound, {want.seq: self.options.draft_p_min if want.params.p_min
@@ -197,4 +209,11 @@ class Speculator:
                 draft = found.get(want.seq, [])[: bound[want.seq]]
                 if draft and (kind != "draft-simple" or len(draft) >= self.n_min(want.params)):
                     drafts[want.seq] = draft
+                    self._drafted_by[want.seq] = kind
         return drafts
+
+    def accepted(self, seq: int, accepted: int) -> None:
+        """The model kept ``accepted`` tokens of the slot's last draft (ngram-mod empties its table after
+        a run of mostly refused drafts of its own)."""
+        if self._drafted_by.pop(seq, None) == "ngram-mod":
+            self.ngram_mod.accepted(seq, accepted)

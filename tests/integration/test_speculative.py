@@ -1,4 +1,4 @@
-"""Speculative decoding on the real model: n-gram drafts (--spec-type ngram-simple) and a draft model
+"""Speculative decoding on the real model: n-gram drafts (--spec-type ngram-simple, ngram-mod) and a draft model
 (-md; the embedded model as its own draft). Greedy output with speculation equals greedy output
 without it (a request's speculative.n_max 0) on the same server, the drafts show in the timings,
 /slots and /metrics, and a draft model whose vocabulary differs is refused at start-up."""
@@ -72,6 +72,20 @@ def test_ngram_speculation_keeps_the_greedy_output(server_dir: Path) -> None:
         assert after[per_position + "0"] > before[per_position + "0"]
         assert all(after[f"{per_position}{position}"] == before[f"{per_position}{position}"]
                    for position in range(4, 16))  # no draft of this request was longer than 4
+    finally:
+        assert server.stop() == 0, server.log()
+
+
+def test_ngram_mod_speculation_keeps_the_greedy_output(server_dir: Path) -> None:
+    """--spec-type ngram-mod (llama-server's --spec-default drafter): the prompt's n-grams go into the shared
+    table, so the copied text is drafted from it."""
+    server = start(server_dir, ["-np", "2", "-c", "4096", "--metrics", "--spec-type", "ngram-mod",
+                                "--spec-ngram-mod-n-match", "6", "--spec-ngram-mod-n-min", "2",
+                                "--spec-ngram-mod-n-max", "16"])
+    try:
+        fast = check_same_greedy_output(server)
+        assert fast["timings"]["draft_n_accepted"] > 32  # the answer copies the prompt's text
+        assert counters(server)["llamacpp:spec_decode_num_drafts_total"] > 0
     finally:
         assert server.stop() == 0, server.log()
 

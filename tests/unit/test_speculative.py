@@ -8,6 +8,7 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from app.engine import BatchToken, Completion, Engine, EngineOptions, GenerationRequest, SamplingParams
+from app.engine.ngram_mod import NgramMod
 from app.engine.speculative import DraftWant, SpeculationOptions, Speculator, ngram_simple_draft
 from app.engine.types import SpeculativeParams
 from app.protocol.metrics import MetricsExporter
@@ -173,3 +174,30 @@ def test_the_speculation_metrics_count_drafts_and_accepted_tokens() -> None:
 def test_a_model_that_cannot_rewind_its_cells_does_not_speculate() -> None:
     backend = FakeBackend(reply_for=lambda prompt: TEXT * 2, n_seq=1, can_rewind=False)
     assert run(backend, NGRAM).timings.draft_n == 0
+
+
+def test_ngram_mod_drafts_from_the_shared_table_and_keeps_its_minimum() -> None:
+    table = NgramMod(n_match=3, n_min=2, n_max=4)
+    history = [1, 2, 3, 4, 5, 6, 7, 9, 9, 9]
+    # slot 0's history fed the table: after (1, 2, 3) comes 4, then 5, 6, 7 ...
+    assert table.draft(0, history, 9, limit=8) == []  # (9, 9, 9) was never followed by anything
+    assert table.draft(1, [8, 1, 2], 3, limit=8) == [4, 5, 6, 7]  # another slot drafts from the same table
+    assert table.draft(1, [8, 1, 2], 3, limit=2) == [4, 5]  # the step's room bounds it
+    assert table.draft(1, [0, 7, 9], 9, limit=8) == []  # (7, 9, 9) -> 9, then (9, 9, 9) is unknown: 1 < n_min
+    assert NgramMod(n_match=3, n_min=0, n_max=4).draft(0, [1, 2], 3, limit=8) == []  # under n_match tokens
+
+
+def test_ngram_mod_empties_its_table_after_five_mostly_refused_drafts() -> None:
+    table = NgramMod(n_match=2, n_min=1, n_max=4)
+    history = [1, 2, 3, 4, 5, 6, 1, 2]
+    assert table.draft(0, history, 3, limit=4) == [4, 5, 6, 1]
+    for _ in range(4):
+        table.accepted(0, 0)
+        assert table.draft(0, history, 3, limit=4) == [4, 5, 6, 1]
+    table.accepted(0, 3)  # a good one breaks the streak
+    for _ in range(5):
+        assert table.draft(0, history, 3, limit=4)
+        table.accepted(0, 0)
+    assert not table.table
+    speculator = Speculator(SpeculationOptions(types=("ngram-mod",), ngram_mod_n_match=2, ngram_mod_n_min=1), None, 16)
+    assert speculator.drafts([DraftWant(seq=0, history=history, last=3, limit=3)]) == {0: [4, 5, 6]}

@@ -114,4 +114,5 @@ def test_a_preset_expands_in_place_as_llama_server_applies_it() -> None:
     after = parse_settings(["--embd-gemma-default", "-np", "4", "--port", "9000"], {})
     assert (after.port, after.n_parallel, after.embeddings, after.ctx_size) == (9000, 4, True, 65536)
     assert expand_presets(["--jinja"]) == ["--jinja"]
-    assert all(parse_settings([flag], {}).hf_repo for flag in PRESETS)  # each names its Hub model
+    assert all(parse_settings([flag], {}).hf_repo for flag in PRESETS if flag != "--spec-default")  # a Hub model each
+    assert parse_settings(["--spec-default"], {}).speculation.types == ("ngram-mod",)
