@@ -95,5 +95,6 @@ RUN useradd --create-home --uid 1000 serving
 USER 1000
 WORKDIR /home/serving
 EXPOSE 8080
+# gRPC (--grpc-port, Vertex AI's grpcPorts) listens only when LLAMA_ARG_GRPC_PORT is set: `upload --grpc-port 8081`
 # The same launcher as a local run; AIP_HTTP_PORT (set by Vertex AI) overrides the port.
 ENTRYPOINT ["python", "-m", "app", "--host", "0.0.0.0", "--port", "8080"]

@@ -12,6 +12,7 @@ import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import requests
@@ -33,10 +34,11 @@ def free_port() -> int:
 
 
 class Started:
-    def __init__(self, container: Container, port: int, statuses: list[int | str]) -> None:
+    def __init__(self, container: Container, port: int, statuses: list[int | str], grpc_port: int) -> None:
         self.container = container
         self.port = port
         self.statuses = statuses
+        self.grpc_port = grpc_port
 
     def url(self, path: str) -> str:
         return f"http://127.0.0.1:{self.port}{path}"
@@ -63,15 +65,15 @@ def wait_healthy(container: Container, url: str) -> list[int | str]:
 
 @pytest.fixture(scope="module")
 def vertex_container(tool: str, image: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Started]:
-    port = free_port()
+    port, grpc_port = free_port(), free_port()
     with model_in_storage() as (emulator, uri):
         env = {"AIP_MODE": "PREDICTION", "AIP_HTTP_PORT": str(port), "AIP_HEALTH_ROUTE": HEALTH,
                "AIP_PREDICT_ROUTE": PREDICT, "AIP_STORAGE_URI": uri.rsplit("/", 1)[0],
-               "STORAGE_EMULATOR_HOST": emulator}
+               "STORAGE_EMULATOR_HOST": emulator, "LLAMA_ARG_GRPC_PORT": str(grpc_port)}
         container = run_container(tool, image, env, tmp_path_factory.mktemp("image") / "container.log")
         try:
             statuses = wait_healthy(container, f"http://127.0.0.1:{port}{HEALTH}")
-            yield Started(container, port, statuses)
+            yield Started(container, port, statuses, grpc_port)
         finally:
             container.remove()
 
@@ -112,6 +114,25 @@ def test_a_predict_with_a_chat_and_a_tokenize_instance(vertex_container: Started
     chat, tokens = reply.json()["predictions"]
     assert chat["choices"][0]["message"]["content"] and 1 <= chat["usage"]["completion_tokens"] <= 8
     assert len(tokens["tokens"]) >= 2 and all(isinstance(token, int) for token in tokens["tokens"])
+
+
+def test_grpc_serves_beside_http_as_grpc_ports_would_reach_it(vertex_container: Started) -> None:
+    """``upload --grpc-port`` sets LLAMA_ARG_GRPC_PORT: the image has grpcio, health says SERVING, and a
+    Predict over gRPC is answered by the same model."""
+    import grpc
+    from google.protobuf import json_format, struct_pb2
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    with grpc.insecure_channel(f"127.0.0.1:{vertex_container.grpc_port}") as channel:
+        stub: Any = health_pb2_grpc.HealthStub(channel)
+        assert stub.Check(health_pb2.HealthCheckRequest(), timeout=30).status == health_pb2.HealthCheckResponse.SERVING
+        predict = channel.unary_unary("/vertex_llama.v1.Llama/Predict",
+                                      request_serializer=struct_pb2.Struct.SerializeToString,
+                                      response_deserializer=struct_pb2.Struct.FromString)
+        body = struct_pb2.Struct()
+        body.update({"instances": [{"@requestFormat": "tokenize", "content": "Hello world"}]})
+        answer = json_format.MessageToDict(predict(body, timeout=120))
+    assert len(answer["predictions"][0]["tokens"]) >= 2
 
 
 def test_the_web_ui_page_is_served(vertex_container: Started) -> None:
