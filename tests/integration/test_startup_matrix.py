@@ -1,9 +1,10 @@
 """Every flag with a plain value (a switch, a number, a choice, and the text options that need no file)
 starts the real server: each is given a valid value other than its default, a dozen flags a server, and
 the server must load the model, answer /props and a chat. Where /props shows the setting (the sampling
-defaults a request starts from, the alias), it must show the value given. A flag that breaks start-up (as --no-jinja once did) fails here, named with its
-group. Flags with files, addresses or their own modes (models, keys, TLS, the router, embeddings, agent
-mode) are started by their own tests; ``ELSEWHERE`` says which."""
+defaults a request starts from, the alias), it must show the value given. A flag that breaks start-up (as
+--no-jinja once did) fails here, named with its group. Flags with files, addresses or their own modes
+(models, keys, TLS, the router, embeddings, agent mode) are started by their own tests; ``ELSEWHERE`` says
+which."""
 
 from __future__ import annotations
 
