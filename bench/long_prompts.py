@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import json
 import statistics
 import sys
 import threading
@@ -25,13 +24,18 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import requests
-
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from app.model_sources.files import embedded_model_path  # noqa: E402
-from bench.report import LONG_PROMPT_WORDS, QUESTIONS, free_port, peer_command, running  # noqa: E402
+from bench.report import (  # noqa: E402
+    LONG_PROMPT_WORDS,
+    QUESTIONS,
+    content_chunk_times,
+    free_port,
+    peer_command,
+    running,
+)
 
 STREAMS = 8
 STREAM_TOKENS = 400
@@ -49,19 +53,12 @@ def chat(base: str, content: str, max_tokens: int, arrivals: list[float] | None 
             "stream": True, "ignore_eos": True}
     begin = time.perf_counter()
     first = 0.0
-    with requests.post(base + "/v1/chat/completions", json=body, stream=True, timeout=900) as response:
-        response.raise_for_status()
-        for line in response.iter_lines(decode_unicode=True):
-            if not line.startswith("data: ") or line == "data: [DONE]":
-                continue
-            choices = json.loads(line[6:]).get("choices") or [{}]
-            if choices[0].get("delta", {}).get("content"):
-                now = time.perf_counter()
-                first = first or now - begin
-                if arrivals is not None:
-                    arrivals.append(now)
-                if started is not None:
-                    started.set()
+    for now in content_chunk_times(base, body, timeout=900):
+        first = first or now - begin
+        if arrivals is not None:
+            arrivals.append(now)
+        if started is not None:
+            started.set()
     return first
 
 

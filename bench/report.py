@@ -134,22 +134,23 @@ def chat_body(question: str, max_tokens: int, stream: bool) -> dict[str, Any]:
             "temperature": 0, "stream": stream}
 
 
-def stream_chat(base: str, question: str, max_tokens: int) -> tuple[int, float]:
-    """(content chunks received, seconds to the first one)."""
-    started = time.perf_counter()
-    first = 0.0
-    chunks = 0
-    with requests.post(base + "/v1/chat/completions", json=chat_body(question, max_tokens, True), stream=True,
-                       timeout=600) as response:
+def content_chunk_times(base: str, body: dict[str, Any], timeout: float = 600) -> Iterator[float]:
+    """When each content chunk of a streamed chat arrived (``time.perf_counter``)."""
+    with requests.post(base + "/v1/chat/completions", json=body, stream=True, timeout=timeout) as response:
         response.raise_for_status()
         for line in response.iter_lines(decode_unicode=True):
             if not line.startswith("data: ") or line == "data: [DONE]":
                 continue
             choices = json.loads(line[6:]).get("choices") or [{}]
             if choices[0].get("delta", {}).get("content"):
-                chunks += 1
-                first = first or time.perf_counter() - started
-    return chunks, first
+                yield time.perf_counter()
+
+
+def stream_chat(base: str, question: str, max_tokens: int) -> tuple[int, float]:
+    """(content chunks received, seconds to the first one)."""
+    started = time.perf_counter()
+    times = list(content_chunk_times(base, chat_body(question, max_tokens, True)))
+    return len(times), times[0] - started if times else 0.0
 
 
 def streams_tokens_per_second(base: str, n: int, max_tokens: int) -> float:
