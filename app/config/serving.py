@@ -109,6 +109,19 @@ class ServingSettings:
     spec_ngram_mod_n_max: int = option(("--spec-ngram-mod-n-max",), "int", 64,
         "ngram-mod: most tokens drafted a step (a request's speculative.n_max bounds it too)", minimum=0,
         maximum=1024, metavar="N")
+    spec_ngram_map_k_size_n: int = option(("--spec-ngram-map-k-size-n",), "int", 12,
+        "ngram-map-k: tokens of the key looked up in the slot's history", minimum=1, maximum=1024, metavar="N")
+    spec_ngram_map_k_size_m: int = option(("--spec-ngram-map-k-size-m",), "int", 48,
+        "ngram-map-k: most tokens drafted after the key", minimum=1, maximum=1024, metavar="N")
+    spec_ngram_map_k_min_hits: int = option(("--spec-ngram-map-k-min-hits",), "int", 1,
+        "ngram-map-k: not read (llama.cpp's key-only map drafts at the first hit; taken for its command lines)",
+        minimum=1, metavar="N")
+    spec_ngram_map_k4v_size_n: int = option(("--spec-ngram-map-k4v-size-n",), "int", 12,
+        "ngram-map-k4v: tokens of the key looked up in the slot's history", minimum=1, maximum=1024, metavar="N")
+    spec_ngram_map_k4v_size_m: int = option(("--spec-ngram-map-k4v-size-m",), "int", 48,
+        "ngram-map-k4v: tokens of each continuation counted, and most drafted", minimum=1, maximum=1024, metavar="N")
+    spec_ngram_map_k4v_min_hits: int = option(("--spec-ngram-map-k4v-min-hits",), "int", 1,
+        "ngram-map-k4v: times the key must have been met before it drafts", minimum=1, metavar="N")
     slot_save_path: str | None = option(("--slot-save-path",), "str", None,
         "directory for POST /slots/{id}?action=save|restore files", env="LLAMA_ARG_SLOT_SAVE_PATH",
         metavar="PATH")
@@ -148,7 +161,12 @@ class ServingSettings:
                                   draft_p_min=self.spec_draft_p_min, ngram_size_n=self.spec_ngram_simple_size_n,
                                   ngram_size_m=self.spec_ngram_simple_size_m,
                                   ngram_mod_n_match=self.spec_ngram_mod_n_match,
-                                  ngram_mod_n_min=self.spec_ngram_mod_n_min, ngram_mod_n_max=self.spec_ngram_mod_n_max)
+                                  ngram_mod_n_min=self.spec_ngram_mod_n_min, ngram_mod_n_max=self.spec_ngram_mod_n_max,
+                                  ngram_map={
+                                      "ngram-map-k": (self.spec_ngram_map_k_size_n, self.spec_ngram_map_k_size_m,
+                                                      self.spec_ngram_map_k_min_hits),
+                                      "ngram-map-k4v": (self.spec_ngram_map_k4v_size_n, self.spec_ngram_map_k4v_size_m,
+                                                        self.spec_ngram_map_k4v_min_hits)})
 
     @property
     def draft_gpu_layers(self) -> int:

@@ -111,8 +111,6 @@ def _speculation_treatment(flag: UpstreamFlag) -> Treatment:
     name = flag.name
     if any(part in name for part in ("-cpu-mask", "-cpu-range", "-cpu-strict", "-prio", "-poll")):
         return DRAFT_PLACEMENT
-    if "-ngram-map-k" in name:
-        return _warn("only for --spec-type ngram-map-k and ngram-map-k4v, which are not implemented here")
     if name == "--spec-ngram-simple-min-hits":
         return _warn("ngram-simple takes the latest match of the n-gram, as llama.cpp's ngram-simple does (it reads "
                      "no hit count there either)")

@@ -14,6 +14,8 @@ Two kinds of drafter, tried in the order ``--spec-type`` gives them, the first d
   slot's own history, latest match first; the ``size_m`` tokens that followed it there are the draft.
 - ``ngram-mod``: no model. A table shared by every slot maps each ``n_match`` tokens to the one that
   followed them; the draft follows it from the slot's last tokens (app/engine/ngram_mod.py).
+- ``ngram-map-k``, ``ngram-map-k4v``: no model. The slot's last tokens looked up in its own history,
+  the key alone or with the continuations seen after it (app/engine/ngram_map.py).
 - ``draft-simple``: a small model of the same vocabulary (``-md``) drafts greedily, in a context of its
   own with one sequence per slot; all slots' drafts advance in one decode per drafted token, and a
   draft stops at a token the draft model is less sure of than ``p_min``.
@@ -28,6 +30,7 @@ from dataclasses import dataclass, field
 
 from app.engine.backend import Backend, BatchToken
 from app.engine.errors import DecodeError
+from app.engine.ngram_map import NgramMap
 from app.engine.ngram_mod import NgramMod
 from app.engine.slots import common_prefix_length
 from app.engine.types import SpeculativeParams
@@ -35,9 +38,9 @@ from app.engine.types import SpeculativeParams
 log = logging.getLogger(__name__)
 
 # --spec-type values: the ones implemented here, and the pinned llama.cpp's others (refused at start-up)
-SPEC_TYPES = ("none", "draft-simple", "ngram-simple", "ngram-mod")
-UPSTREAM_ONLY_SPEC_TYPES = ("draft-eagle3", "draft-mtp", "draft-dflash", "draft-dspark", "ngram-map-k",
-                            "ngram-map-k4v", "ngram-cache")
+SPEC_TYPES = ("none", "draft-simple", "ngram-simple", "ngram-mod", "ngram-map-k", "ngram-map-k4v")
+UPSTREAM_ONLY_SPEC_TYPES = ("draft-eagle3", "draft-mtp", "draft-dflash", "draft-dspark", "ngram-cache")
+MAP_TYPES = ("ngram-map-k", "ngram-map-k4v")
 
 
 @dataclass(frozen=True)
@@ -53,6 +56,9 @@ class SpeculationOptions:
     ngram_mod_n_match: int = 24  # --spec-ngram-mod-n-match
     ngram_mod_n_min: int = 48  # --spec-ngram-mod-n-min
     ngram_mod_n_max: int = 64  # --spec-ngram-mod-n-max
+    # --spec-ngram-map-k-size-n/-size-m/-min-hits and the same for ngram-map-k4v
+    ngram_map: dict[str, tuple[int, int, int]] = field(
+        default_factory=lambda: {kind: (12, 48, 1) for kind in MAP_TYPES})
 
     @property
     def enabled(self) -> bool:
@@ -169,6 +175,7 @@ class Speculator:
         self.types = options.types
         self.model = DraftModel(draft_backend, n_vocab) if draft_backend is not None else None
         self.ngram_mod = NgramMod(options.ngram_mod_n_match, options.ngram_mod_n_min, options.ngram_mod_n_max)
+        self.maps = {kind: NgramMap(*options.ngram_map[kind], key_only=kind == "ngram-map-k") for kind in MAP_TYPES}
         self._drafted_by: dict[int, str] = {}  # each slot's last draft: the drafter that made it
         if "draft-simple" in self.types and self.model is None:
             log.warning("draft-simple speculation needs a draft model (--spec-draft-model): left out")
@@ -176,8 +183,9 @@ class Speculator:
 
     def n_max(self, kind: str, params: SpeculativeParams) -> int:
         """The most tokens a drafter of ``kind`` proposes for a request with ``params``."""
-        configured = {"draft-simple": self.options.draft_n_max, "ngram-mod": self.options.ngram_mod_n_max}.get(
-            kind, self.options.ngram_size_m)
+        sizes = {"draft-simple": self.options.draft_n_max, "ngram-mod": self.options.ngram_mod_n_max,
+                 **{name: self.options.ngram_map[name][1] for name in MAP_TYPES}}
+        configured = sizes.get(kind, self.options.ngram_size_m)
         if params.n_max is None:
             return configured
         return params.n_max if kind == "draft-simple" else min(configured, params.n_max)
@@ -198,9 +206,9 @@ class Speculator:
             if kind == "ngram-simple":
                 found = {want.seq: ngram_simple_draft(want.history, want.last, self.options.ngram_size_n,
                                                       self.options.ngram_size_m) for want in asking}
-            elif kind == "ngram-mod":
-                found = {want.seq: self.ngram_mod.draft(want.seq, want.history, want.last, bound[want.seq])
-                         for want in asking}
+            elif kind == "ngram-mod" or kind in MAP_TYPES:
+                drafter = self.ngram_mod if kind == "ngram-mod" else self.maps[kind]
+                found = {want.seq: drafter.draft(want.seq, want.history, want.last, bound[want.seq]) for want in asking}
             else:
                 assert self.model is not None
                 found = self.model.draft(asking, bound, {want.seq: self.options.draft_p_min if want.params.p_min
@@ -214,6 +222,9 @@ class Speculator:
 
     def accepted(self, seq: int, accepted: int) -> None:
         """The model kept ``accepted`` tokens of the slot's last draft (ngram-mod empties its table after
-        a run of mostly refused drafts of its own)."""
-        if self._drafted_by.pop(seq, None) == "ngram-mod":
+        a run of mostly refused drafts of its own; the n-gram maps shorten that value's next draft)."""
+        kind = self._drafted_by.pop(seq, None)
+        if kind == "ngram-mod":
             self.ngram_mod.accepted(seq, accepted)
+        elif kind in MAP_TYPES:
+            self.maps[kind].accepted(seq, accepted)

@@ -1,6 +1,7 @@
-"""Speculative decoding on the real model: n-gram drafts (--spec-type ngram-simple, ngram-mod) and a draft model
-(-md; the embedded model as its own draft). Greedy output with speculation equals greedy output
-without it (a request's speculative.n_max 0) on the same server, the drafts show in the timings,
+"""Speculative decoding on the real model: n-gram drafts (--spec-type ngram-simple, ngram-mod, ngram-map-k,
+ngram-map-k4v) and a draft model (-md; the embedded model as its own draft). Greedy output with speculation
+equals greedy output without it (a request's speculative.n_max 0) on the same server, the drafts show in the
+timings,
 /slots and /metrics, and a draft model whose vocabulary differs is refused at start-up."""
 
 from __future__ import annotations
@@ -8,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -86,6 +88,18 @@ def test_ngram_mod_speculation_keeps_the_greedy_output(server_dir: Path) -> None
         fast = check_same_greedy_output(server)
         assert fast["timings"]["draft_n_accepted"] > 32  # the answer copies the prompt's text
         assert counters(server)["llamacpp:spec_decode_num_drafts_total"] > 0
+    finally:
+        assert server.stop() == 0, server.log()
+
+
+@pytest.mark.parametrize("kind", ["ngram-map-k", "ngram-map-k4v"])
+def test_ngram_map_speculation_keeps_the_greedy_output(server_dir: Path, kind: str) -> None:
+    """The n-gram maps draft the copied text from the slot's own history (the prompt holds it)."""
+    server = start(server_dir, ["-np", "2", "-c", "4096", "--metrics", "--spec-type", kind,
+                                f"--spec-{kind}-size-n", "4", f"--spec-{kind}-size-m", "8"])
+    try:
+        fast = check_same_greedy_output(server)
+        assert fast["timings"]["draft_n_accepted"] > 16  # the answer copies the prompt's text
     finally:
         assert server.stop() == 0, server.log()
 

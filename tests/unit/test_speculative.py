@@ -8,6 +8,7 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from app.engine import BatchToken, Completion, Engine, EngineOptions, GenerationRequest, SamplingParams
+from app.engine.ngram_map import NgramMap
 from app.engine.ngram_mod import NgramMod
 from app.engine.speculative import DraftWant, SpeculationOptions, Speculator, ngram_simple_draft
 from app.engine.types import SpeculativeParams
@@ -201,3 +202,29 @@ def test_ngram_mod_empties_its_table_after_five_mostly_refused_drafts() -> None:
     assert not table.table
     speculator = Speculator(SpeculationOptions(types=("ngram-mod",), ngram_mod_n_match=2, ngram_mod_n_min=1), None, 16)
     assert speculator.drafts([DraftWant(seq=0, history=history, last=3, limit=3)]) == {0: [4, 5, 6]}
+
+
+def test_ngram_map_k_drafts_after_the_latest_earlier_key_and_as_long_as_the_model_kept() -> None:
+    drafter = NgramMap(size_n=2, size_m=3, min_hits=1, key_only=True)
+    history = [1, 2, 7, 8, 9, 5, 1, 2, 6, 6, 6, 4, 4, 4, 1]
+    # the key (1, 2): its places are 0 and 6; the latest with room for 3 tokens and the key after is 6
+    assert drafter.draft(0, history, 2, limit=8) == [6, 6, 6]
+    drafter.accepted(0, 1)  # the model kept one: this key's next draft is one token long
+    assert drafter.draft(0, history, 2, limit=8) == [6]
+    assert drafter.draft(0, history, 3, limit=8) == []  # (1, 3) never came before
+    assert drafter.draft(1, history[:5], 2, limit=8) == []  # under 2n+m tokens of history
+
+
+def test_ngram_map_k4v_drafts_only_a_dominant_continuation() -> None:
+    drafter = NgramMap(size_n=2, size_m=2, min_hits=2, key_only=False)
+    agreeing = [1, 2, 5, 6, 0, 1, 2, 5, 6, 0, 1, 2, 5, 6, 0, 9, 9, 9, 1]
+    assert drafter.draft(0, agreeing, 2, limit=8) == []  # first hit: under min_hits
+    assert drafter.draft(0, agreeing, 2, limit=8) == [5, 6]  # (5, 6) after every place of (1, 2)
+    split = [1, 2, 5, 6, 0, 1, 2, 7, 7, 0, 1, 2, 8, 8, 0, 9, 9, 9, 1]
+    other = NgramMap(size_n=2, size_m=2, min_hits=1, key_only=False)
+    assert other.draft(0, split, 2, limit=8) == []  # three continuations seen once each: none dominates
+    speculator = Speculator(SpeculationOptions(types=("ngram-map-k",), ngram_map={
+        "ngram-map-k": (2, 3, 1), "ngram-map-k4v": (2, 3, 1)}), None, 16)
+    drafts = speculator.drafts([DraftWant(seq=0, history=[1, 2, 7, 8, 9, 5, 1, 2, 6, 6, 6, 4, 4, 4, 1], last=2,
+                                          limit=2)])
+    assert drafts == {0: [6, 6]}
