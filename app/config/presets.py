@@ -3,10 +3,9 @@ stands for the flags it sets there, expanded in place, so that what follows it o
 and what precedes it is overridden, as there. The model comes from the Hugging Face Hub (``-hf``), through
 the hub support every ``-hf`` model uses (app/model_sources/hub.py).
 
-Not here: ``--fim-qwen-7b-spec`` and ``--fim-qwen-14b-spec`` (their draft model comes from the Hub, which
-this server's speculative decoding does not fetch); the flag table refuses them with that reason
-(app/config/upstream_flags.py). ``--embd-gemma-default`` leaves out llama-server's ``verbose_prompt`` (a
-log detail)."""
+The ``-spec`` presets name their draft's file in llama-server; here the draft comes by ``-hfd REPO:Q8_0``,
+which picks the same file (the repository's one Q8_0 GGUF). ``--embd-gemma-default`` leaves out
+llama-server's ``verbose_prompt`` (a log detail)."""
 
 from __future__ import annotations
 
@@ -33,6 +32,10 @@ PRESETS: dict[str, tuple[str, ...]] = {
     "--gpt-oss-120b-default": ("-hf", "ggml-org/gpt-oss-120b-GGUF", *_GPT_OSS),
     "--vision-gemma-4b-default": ("-hf", "ggml-org/gemma-3-4b-it-qat-GGUF", *_VISION_GEMMA),
     "--vision-gemma-12b-default": ("-hf", "ggml-org/gemma-3-12b-it-qat-GGUF", *_VISION_GEMMA),
+    "--fim-qwen-7b-spec": ("-hf", "ggml-org/Qwen2.5-Coder-7B-Q8_0-GGUF", "-hff", "qwen2.5-coder-7b-q8_0.gguf",
+                           "-hfd", "ggml-org/Qwen2.5-Coder-0.5B-Q8_0-GGUF:Q8_0", *_FIM),
+    "--fim-qwen-14b-spec": ("-hf", "ggml-org/Qwen2.5-Coder-14B-Q8_0-GGUF", "-hff", "qwen2.5-coder-14b-q8_0.gguf",
+                            "-hfd", "ggml-org/Qwen2.5-Coder-0.5B-Q8_0-GGUF:Q8_0", *_FIM),
     # speculative decoding's default: ngram-mod drafts (no model to fetch)
     "--spec-default": ("--spec-type", "ngram-mod", "--spec-ngram-mod-n-match", "24", "--spec-ngram-mod-n-min", "48",
                        "--spec-ngram-mod-n-max", "64"),

@@ -78,6 +78,9 @@ class ServingSettings:
     spec_draft_model: str | None = option(("-md", "--model-draft", "--spec-draft-model"), "str", None,
         "draft model for speculative decoding (same vocabulary; a path or a gs:// URI)",
         env="LLAMA_ARG_SPEC_DRAFT_MODEL", metavar="FNAME")
+    spec_draft_hf: str | None = option(("-hfd", "-hfrd", "--hf-repo-draft", "--spec-draft-hf"), "str", None,
+        "the draft model from the Hugging Face Hub, as --hf-repo takes it (USER/REPO[:QUANT]; --hf-token, --offline "
+        "and --model-cache-dir apply); --spec-draft-model wins", env="LLAMA_ARG_SPEC_DRAFT_HF_REPO", metavar="REPO")
     spec_draft_n_max: int = option(("--spec-draft-n-max",), "int", 3,
         "most tokens the draft model drafts per step (a request's speculative.n_max wins)",
         env="LLAMA_ARG_SPEC_DRAFT_N_MAX", minimum=0, metavar="N")
@@ -155,7 +158,7 @@ class ServingSettings:
     def speculation(self) -> SpeculationOptions:
         """--spec-type and the --spec-* settings; a draft model alone means draft-simple, as upstream."""
         types = tuple(kind for kind in self.spec_type_names if kind != "none")
-        if not types and self.spec_draft_model is not None:
+        if not types and self.has_draft_model:
             types = ("draft-simple",)
         return SpeculationOptions(types=types, draft_n_max=self.spec_draft_n_max, draft_n_min=self.spec_draft_n_min,
                                   draft_p_min=self.spec_draft_p_min, ngram_size_n=self.spec_ngram_simple_size_n,
@@ -167,6 +170,11 @@ class ServingSettings:
                                                       self.spec_ngram_map_k_min_hits),
                                       "ngram-map-k4v": (self.spec_ngram_map_k4v_size_n, self.spec_ngram_map_k4v_size_m,
                                                         self.spec_ngram_map_k4v_min_hits)})
+
+    @property
+    def has_draft_model(self) -> bool:
+        """A draft model is given: a path or gs:// URI (-md), or a Hub repository (-hfd)."""
+        return self.spec_draft_model is not None or self.spec_draft_hf is not None
 
     @property
     def draft_gpu_layers(self) -> int:
@@ -183,5 +191,5 @@ class ServingSettings:
                 raise SettingsError(f"--spec-type {kind}: not implemented here (implemented: {', '.join(SPEC_TYPES)})")
             if kind not in SPEC_TYPES:
                 raise SettingsError(f"--spec-type: unknown type {kind!r} (implemented: {', '.join(SPEC_TYPES)})")
-        if "draft-simple" in self.speculation.types and self.spec_draft_model is None:
+        if "draft-simple" in self.speculation.types and not self.has_draft_model:
             raise SettingsError("--spec-type draft-simple: give the draft model with --spec-draft-model/-md")

@@ -96,9 +96,6 @@ def treatment(flag: UpstreamFlag) -> Treatment | None:
         return _refuse(f"removed from llama-server: {flag.removed}")
     if flag.speculative or any("draft" in name for name in flag.flags):
         return _speculation_treatment(flag)
-    if flag.name.endswith("-spec"):
-        return _refuse("this preset's draft model comes from the Hub, which speculative decoding here does not fetch: "
-                       "give --hf-repo, --spec-draft-model (a path or gs:// URI) and the flags")
     for name in (*flag.flags, *flag.negative):
         if name in TREATMENTS:
             return TREATMENTS[name]
@@ -114,9 +111,6 @@ def _speculation_treatment(flag: UpstreamFlag) -> Treatment:
     if name == "--spec-ngram-simple-min-hits":
         return _warn("ngram-simple takes the latest match of the n-gram, as llama.cpp's ngram-simple does (it reads "
                      "no hit count there either)")
-    if name == "--spec-draft-hf":
-        return _warn("the draft model is not fetched from the Hub here: give --spec-draft-model (a path or a gs:// "
-                     "URI)")
     if "synth" in name:
         return _warn("synthetic acceptance is a benchmarking aid of llama-server; drafts are real here")
     if name == "--spec-draft-p-split":

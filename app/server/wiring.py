@@ -106,6 +106,9 @@ def fetch_model_files(settings: Settings, model_path: str) -> ModelFiles:
     draft = settings.spec_draft_model
     if draft is not None and is_gcs_uri(draft):
         draft = str(fetch_model(draft, cache))
+    elif draft is None and settings.spec_draft_hf is not None:
+        draft = str(fetch_hub_model(settings.spec_draft_hf, None, settings.hf_token, cache or default_cache_dir(),
+                                    False, settings.offline).model)
     return ModelFiles(local, projector, draft)
 
 

@@ -89,3 +89,19 @@ def test_a_llama_server_preset_starts_its_model_with_its_settings(server_dir: Pa
         finally:
             assert server.stop() == 0, server.log()
         assert any("gpt-oss-20b-mxfp4.gguf" in line for line in hub.requests)
+
+
+def test_a_draft_model_from_the_hub_speculates(server_dir: Path, tmp_path: Path, repository: dict[str, Path]) -> None:
+    """-hfd/--spec-draft-hf: the draft model fetched as -hf fetches (here the same model, as its own draft)."""
+    args = ["-hfd", "someone/SmolLM2-GGUF:Q4_1", "--model-cache-dir", str(tmp_path / "cache"), "-np", "1",
+            "-c", "2048"]
+    with hub_standin({"someone/SmolLM2-GGUF": repository}) as (url, hub):
+        server = start(server_dir, args, {"HF_ENDPOINT": url})
+        try:
+            reply = requests.post(server.url("/completion"), timeout=120, json={
+                "prompt": "One, two, three, four, five,", "n_predict": 16, "temperature": 0}).json()
+            assert reply["timings"]["draft_n"] > 0  # draft-simple, from the fetched draft model
+            assert requests.get(server.url("/slots"), timeout=10).json()[0]["speculative"] is True
+        finally:
+            assert server.stop() == 0, server.log()
+        assert any(".Q4_1.gguf" in line for line in hub.requests)
