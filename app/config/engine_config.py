@@ -47,6 +47,7 @@ def llama_config(settings: Settings, model_path: str, mmproj_path: str | None = 
         mmproj_offload=settings.mmproj_offload,
         image_min_tokens=settings.image_min_tokens,
         image_max_tokens=settings.image_max_tokens,
+        mtmd_batch_max_tokens=settings.mtmd_batch_max_tokens,
         media_marker=settings.media_marker or f"<__media_{secrets.token_hex(8)}__>",
         cache_type_k=settings.cache_type_k,
         cache_type_v=settings.cache_type_v,

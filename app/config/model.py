@@ -172,6 +172,9 @@ class ModelSettings:
     image_max_tokens: int = option(("--image-max-tokens",), "int", -1,
         "most tokens an image becomes, for projectors with dynamic resolution (-1: the projector's own)",
         env="LLAMA_ARG_IMAGE_MAX_TOKENS", minimum=-1)
+    mtmd_batch_max_tokens: int = option(("--mtmd-batch-max-tokens",), "int", 1024,
+        "most image tokens libmtmd encodes in one batch", env="LLAMA_ARG_MTMD_BATCH_MAX_TOKENS", minimum=1,
+        metavar="N")
 
     @property
     def gpu_layers(self) -> int:

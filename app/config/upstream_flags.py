@@ -75,7 +75,6 @@ TREATMENTS: dict[str, Treatment] = {
     "--checkpoint-min-step": _warn("context checkpoints are not kept here"),
     "--defrag-thold": _warn("deprecated in llama.cpp; it has no effect there either"),
     "--rpc": ONE_DEVICE,
-    "--mtmd-batch-max-tokens": _warn("the projector's batch is libmtmd's default here"),
     "--perf": _warn("per-request timings are always returned here"),
     "--cpu-mask-batch": ONE_TEAM, "--cpu-range-batch": ONE_TEAM, "--cpu-strict-batch": ONE_TEAM,
     "--prio-batch": ONE_TEAM, "--poll-batch": ONE_TEAM,

@@ -81,9 +81,10 @@ def decoy_bin(server_dir: Path) -> Path:
 @pytest.fixture(scope="module")
 def server(server_dir: Path, media_dir: Path, decoy_bin: Path) -> Iterator[Server]:
     projector = make_vision_projector(server_dir / "mmproj-test.gguf")
-    running = start(server_dir, ["--mmproj", str(projector), "-np", "2", "-c", "2048", "--media-path",
-                                 str(media_dir)], {"AIP_MODE": "PREDICTION",
-                                                   "PATH": f"{decoy_bin}:{os.environ['PATH']}"})
+    # --mtmd-batch-max-tokens under an image's 16 tokens: libmtmd encodes each image over several batches
+    running = start(server_dir, ["--mmproj", str(projector), "-np", "2", "-c", "2048", "--mtmd-batch-max-tokens", "4",
+                                 "--media-path", str(media_dir)],
+                    {"AIP_MODE": "PREDICTION", "PATH": f"{decoy_bin}:{os.environ['PATH']}"})
     yield running
     assert running.stop() == 0, running.log()
 

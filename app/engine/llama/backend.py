@@ -112,7 +112,8 @@ class LlamaBackend:
             try:
                 self.media = LlamaMedia(self._model, config.mmproj, config.n_threads_batch,
                                         config.mmproj_offload and config.n_gpu_layers != 0,
-                                        config.image_min_tokens, config.image_max_tokens, config.media_marker)
+                                        config.image_min_tokens, config.image_max_tokens, config.media_marker,
+                                        config.mtmd_batch_max_tokens)
             except ModelLoadError:
                 self.close()
                 raise

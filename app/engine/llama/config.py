@@ -74,6 +74,7 @@ class LlamaConfig:
     mmproj_offload: bool = True
     image_min_tokens: int = -1  # -1: the projector's own
     image_max_tokens: int = -1
+    mtmd_batch_max_tokens: int = 1024  # image tokens libmtmd encodes a batch
     media_marker: str = "<__media__>"  # what stands for a media item in a prompt's text
     cache_type_k: str = "f16"
     cache_type_v: str = "f16"

@@ -47,7 +47,7 @@ class LlamaMedia:
     """libmtmd's context for a projector file on a loaded model."""
 
     def __init__(self, model: Any, path: str, n_threads: int, use_gpu: bool, image_min_tokens: int,
-                 image_max_tokens: int, marker: str) -> None:
+                 image_max_tokens: int, marker: str, batch_max_tokens: int = 1024) -> None:
         self._marker_bytes = marker.encode()  # libmtmd keeps the pointer: it lives as long as this object
         params = mt.mtmd_context_params_default()
         params.media_marker = self._marker_bytes
@@ -57,6 +57,7 @@ class LlamaMedia:
         params.warmup = True
         params.image_min_tokens = image_min_tokens
         params.image_max_tokens = image_max_tokens
+        params.batch_max_tokens = batch_max_tokens
         self._ctx = mt.mtmd_init_from_file(path.encode(), model, params)
         if not self._ctx:
             raise ModelLoadError(f"libmtmd could not load the multimodal projector {path} (is it a projector "
