@@ -26,6 +26,9 @@ class LogSettings:
     log_disable: bool = option(("--log-disable",), "bool", False, "no log output")
     log_file: str | None = option(("--log-file",), "str", None, "also write the log to this file",
         env="LLAMA_ARG_LOG_FILE", metavar="FNAME")
+    log_prompts_dir: str | None = option(("--log-prompts-dir",), "str", None,
+        "write each generation's prompt to a file of this directory (created if missing), named by the time in "
+        "milliseconds: the rendered text, or the prompt's JSON when it is not text (debugging)", metavar="PATH")
     log_colors: str = option(("--log-colors",), "str", "auto",
         "colored levels in the text log: on, off or auto (a terminal)", env="LLAMA_ARG_LOG_COLORS",
         metavar="[on|off|auto]")

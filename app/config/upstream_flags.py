@@ -81,7 +81,6 @@ TREATMENTS: dict[str, Treatment] = {
     # the HTTP server
     "--video-ffmpeg-dir": _warn("video is not taken here"), "--video-fps": _warn("video is not taken here"),
     "--video-timestamp-interval": _warn("video is not taken here"),
-    "--log-prompts-dir": _warn("prompts are not written to files here"),
     # programs and modes that are not this server
     "--docker-repo": NO_HUB,
     "--lookup-cache-static": _warn("n-gram cache files are for --spec-type ngram-cache, not implemented here"),

@@ -15,6 +15,7 @@ from app.handlers.context import ServerContext
 from app.handlers.generation import JobGroup, Streamed
 from app.handlers.media import SOURCE_FIELD, MediaItem, decode_base64, media_from_url, media_marker, tokenize_with_media
 from app.handlers.params import ChatBody, ChatMessage, ContentPart, completions_count, generation_request, grammar_for
+from app.handlers.prompt_log import log_prompt
 from app.handlers.reasoning import CLOSE, FORMATS, OPEN, ReasoningStream, split_reasoning
 from app.handlers.request_limits import check_media_count
 from app.handlers.shapes import chunk_extras, finish_reason, probability_entries, probs_within_text
@@ -332,6 +333,7 @@ class _ToolGate:
 
 
 def submit_chat(ctx: ServerContext, prepared: PreparedChat) -> JobGroup:
+    log_prompt(ctx.settings.log_prompts_dir, prepared.prompt_text)
     return JobGroup(ctx.engine, [prepared.request], prepared.copies)
 
 

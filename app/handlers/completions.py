@@ -12,6 +12,7 @@ from app.handlers.context import ServerContext
 from app.handlers.generation import JobGroup, Streamed, ping_interval, stream_reply
 from app.handlers.media import prompt_object
 from app.handlers.params import GenerationFields, completions_count, generation_request, validate_body
+from app.handlers.prompt_log import log_prompt
 from app.handlers.prompts import split_prompts, tokenize_prompt
 from app.handlers.shapes import (
     chunk_extras,
@@ -90,6 +91,7 @@ def native_body(ctx: ServerContext, request: GenerationRequest, result: Completi
 def post_completion(ctx: ServerContext, request: ApiRequest) -> ApiReply:
     body = validate_body(CompletionBody, request.json_object())
     requests = _requests(ctx, body)
+    log_prompt(ctx.settings.log_prompts_dir, body.prompt)
     copies = completions_count(body)
     group = JobGroup(ctx.engine, requests, copies)
     if body.stream:
@@ -139,6 +141,7 @@ def _choice_logprobs(ctx: ServerContext, request: GenerationRequest, probs: Any)
 def post_openai_completions(ctx: ServerContext, request: ApiRequest) -> ApiReply:
     body = validate_body(CompletionBody, request.json_object())
     requests = _requests(ctx, body)
+    log_prompt(ctx.settings.log_prompts_dir, body.prompt)
     copies = completions_count(body)
     group = JobGroup(ctx.engine, requests, copies)
     response_id = random_id("chatcmpl-")

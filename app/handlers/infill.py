@@ -12,6 +12,7 @@ from app.handlers.completions import native_body, native_stream
 from app.handlers.context import ServerContext
 from app.handlers.generation import JobGroup, ping_interval, stream_reply
 from app.handlers.params import GenerationFields, completions_count, generation_request, validate_body
+from app.handlers.prompt_log import log_prompt
 from app.protocol.api import ApiReply, ApiRequest
 from app.protocol.errors import InvalidRequestError, NotSupportedError
 
@@ -107,6 +108,7 @@ def post_infill(ctx: ServerContext, request: ApiRequest) -> ApiReply:
                           bos=special.get("bos") if info.add_bos else None)
     prompt = infill_prompt(ctx.engine.vocab, special, body, extra, layout)
     job = generation_request(ctx, body, prompt)
+    log_prompt(ctx.settings.log_prompts_dir, list(job.prompt))
     copies = completions_count(body)
     group = JobGroup(ctx.engine, [job], copies)
     if body.stream:

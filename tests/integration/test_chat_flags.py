@@ -3,7 +3,10 @@
 
 from __future__ import annotations
 
+import json
+import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -91,3 +94,23 @@ def test_special_writes_special_tokens_in_the_text(flagged: Server, plain: Serve
     for server, text in ((plain, ""), (flagged, "<|im_start|>")):
         reply = requests.post(server.url("/completion"), json=body, timeout=60).json()
         assert reply["tokens_predicted"] == 1 and reply["content"] == text
+
+
+def test_log_prompts_dir_writes_each_generations_prompt(server_dir: Path, tmp_path: Path) -> None:
+    """--log-prompts-dir, as llama-server: a chat's rendered prompt, a completion's prompt as given, one file
+    each, named by the time in milliseconds."""
+    folder = tmp_path / "prompts" / "new"  # created by the server
+    server = start(server_dir, ["-np", "1", "-c", "1024", "--log-prompts-dir", str(folder)])
+    try:
+        chat = requests.post(server.url("/v1/chat/completions"), timeout=60, json={
+            "messages": [{"role": "user", "content": "Hello prompts"}], "max_tokens": 2})
+        time.sleep(0.01)  # a file a millisecond
+        completion = requests.post(server.url("/completion"), timeout=60, json={"prompt": [1, 2, 3], "n_predict": 2})
+        assert chat.status_code == completion.status_code == 200
+    finally:
+        assert server.stop() == 0, server.log()
+    files = sorted(folder.iterdir())
+    assert [path.suffix for path in files] == [".txt", ".txt"] and all(len(path.stem) == 12 for path in files)
+    rendered, tokens = (path.read_text() for path in files)
+    assert "<|im_start|>user\nHello prompts<|im_end|>" in rendered and rendered.endswith("<|im_start|>assistant\n")
+    assert json.loads(tokens) == [1, 2, 3]
