@@ -174,8 +174,13 @@ class Speculator:
         self.options = options
         self.types = options.types
         self.model = DraftModel(draft_backend, n_vocab) if draft_backend is not None else None
-        self.ngram_mod = NgramMod(options.ngram_mod_n_match, options.ngram_mod_n_min, options.ngram_mod_n_max)
-        self.maps = {kind: NgramMap(*options.ngram_map[kind], key_only=kind == "ngram-map-k") for kind in MAP_TYPES}
+        # the drafters that keep a table of their own, told how much of each of their drafts was kept
+        self.tables: dict[str, NgramMod | NgramMap] = {
+            "ngram-mod": NgramMod(options.ngram_mod_n_match, options.ngram_mod_n_min, options.ngram_mod_n_max),
+            **{kind: NgramMap(*options.ngram_map[kind], key_only=kind == "ngram-map-k") for kind in MAP_TYPES}}
+        # each drafter's configured most tokens a draft (ngram-simple: its size_m)
+        self._n_max = {"draft-simple": options.draft_n_max, "ngram-simple": options.ngram_size_m,
+                       "ngram-mod": options.ngram_mod_n_max, **{kind: options.ngram_map[kind][1] for kind in MAP_TYPES}}
         self._drafted_by: dict[int, str] = {}  # each slot's last draft: the drafter that made it
         if "draft-simple" in self.types and self.model is None:
             log.warning("draft-simple speculation needs a draft model (--spec-draft-model): left out")
@@ -183,9 +188,7 @@ class Speculator:
 
     def n_max(self, kind: str, params: SpeculativeParams) -> int:
         """The most tokens a drafter of ``kind`` proposes for a request with ``params``."""
-        sizes = {"draft-simple": self.options.draft_n_max, "ngram-mod": self.options.ngram_mod_n_max,
-                 **{name: self.options.ngram_map[name][1] for name in MAP_TYPES}}
-        configured = sizes.get(kind, self.options.ngram_size_m)
+        configured = self._n_max[kind]
         if params.n_max is None:
             return configured
         return params.n_max if kind == "draft-simple" else min(configured, params.n_max)
@@ -206,9 +209,9 @@ class Speculator:
             if kind == "ngram-simple":
                 found = {want.seq: ngram_simple_draft(want.history, want.last, self.options.ngram_size_n,
                                                       self.options.ngram_size_m) for want in asking}
-            elif kind == "ngram-mod" or kind in MAP_TYPES:
-                drafter = self.ngram_mod if kind == "ngram-mod" else self.maps[kind]
-                found = {want.seq: drafter.draft(want.seq, want.history, want.last, bound[want.seq]) for want in asking}
+            elif kind in self.tables:
+                table = self.tables[kind]
+                found = {want.seq: table.draft(want.seq, want.history, want.last, bound[want.seq]) for want in asking}
             else:
                 assert self.model is not None
                 found = self.model.draft(asking, bound, {want.seq: self.options.draft_p_min if want.params.p_min
@@ -223,8 +226,6 @@ class Speculator:
     def accepted(self, seq: int, accepted: int) -> None:
         """The model kept ``accepted`` tokens of the slot's last draft (ngram-mod empties its table after
         a run of mostly refused drafts of its own; the n-gram maps shorten that value's next draft)."""
-        kind = self._drafted_by.pop(seq, None)
-        if kind == "ngram-mod":
-            self.ngram_mod.accepted(seq, accepted)
-        elif kind in MAP_TYPES:
-            self.maps[kind].accepted(seq, accepted)
+        table = self.tables.get(self._drafted_by.pop(seq, ""))
+        if table is not None:
+            table.accepted(seq, accepted)

@@ -10,6 +10,7 @@ import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -36,16 +37,19 @@ class ReadinessHealth(health.HealthServicer):
         self._is_ready = is_ready
         self._serving = False
         self._draining = False
+        self._set(health_pb2.HealthCheckResponse.NOT_SERVING)
         self.refresh()
 
+    def _set(self, status: Any) -> None:  # a HealthCheckResponse.ServingStatus
+        for name in ("", SERVICE_NAME):
+            self.set(name, status)
+
     def refresh(self) -> bool:
-        """Set the status from readiness; True once serving."""
+        """Set the status from readiness when it changed; True once serving."""
         serving = not self._draining and self._is_ready()
-        if serving != self._serving or not serving:
-            status = health_pb2.HealthCheckResponse.SERVING if serving else health_pb2.HealthCheckResponse.NOT_SERVING
-            for name in ("", SERVICE_NAME):
-                self.set(name, status)
-        self._serving = serving
+        if serving != self._serving:
+            self._set(health_pb2.HealthCheckResponse.SERVING if serving else health_pb2.HealthCheckResponse.NOT_SERVING)
+            self._serving = serving
         return serving
 
     def Check(self, request: health_pb2.HealthCheckRequest, context: grpc.ServicerContext
