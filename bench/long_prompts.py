@@ -1,6 +1,6 @@
 """Long prompts: time to the first token of 512, 1,500 and 4,000-token prompts, alone and with 8 streams
 decoding beside them, and how long those 8 streams go without a token while the long prompt is
-prefilled; this server, then llama-server, in one run, with the same flags.
+prefilled; this server and llama-server, both up, taking turns at each measurement, with the same flags.
 
     .venv/bin/python bench/long_prompts.py [--lengths 512,1500,4000] [--runs 3] [--threads 2]
 
@@ -85,16 +85,25 @@ def beside(base: str, tokens: int, seed: int) -> tuple[float, float, float]:
     return ttft, max(inside, default=0.0), statistics.median(outside) if outside else 0.0
 
 
-def measure(base: str, lengths: list[int], runs: int) -> dict[str, float]:
-    chat(base, "warm up", 8)
-    rows: dict[str, float] = {}
+def measure(bases: dict[str, str], lengths: list[int], runs: int) -> dict[str, dict[str, float]]:
+    """Every row for each server, the servers taking turns at each measurement (the first of a turn
+    alternating), so that the machine's drift over the run falls on both alike."""
+    names = list(bases)
+    rows: dict[str, dict[str, float]] = {name: {} for name in names}
+    for name in names:
+        chat(bases[name], "warm up", 8)
     for n, tokens in enumerate(lengths):
-        rows[f"{tokens} alone, first token s"] = statistics.median(
-            chat(base, long_text(tokens, 100 * n + run), 1) for run in range(runs))
-        ttft, stall, gap = beside(base, tokens, 100 * n + 99)
-        rows[f"{tokens} beside 8 streams, first token s"] = ttft
-        rows[f"{tokens} beside 8 streams, streams' longest gap s"] = stall
-        rows[f"{tokens} beside 8 streams, streams' median gap s"] = gap
+        alone: dict[str, list[float]] = {name: [] for name in names}
+        for run in range(runs):
+            for name in names[run % 2:] + names[:run % 2]:
+                alone[name].append(chat(bases[name], long_text(tokens, 100 * n + run), 1))
+        for name in names:
+            rows[name][f"{tokens} alone, first token s"] = statistics.median(alone[name])
+        for name in names[n % 2:] + names[:n % 2]:
+            ttft, stall, gap = beside(bases[name], tokens, 100 * n + 99)
+            rows[name][f"{tokens} beside 8 streams, first token s"] = ttft
+            rows[name][f"{tokens} beside 8 streams, streams' longest gap s"] = stall
+            rows[name][f"{tokens} beside 8 streams, streams' median gap s"] = gap
     return rows
 
 
@@ -106,20 +115,18 @@ def main() -> None:
     args = parser.parse_args()
     lengths = [int(value) for value in args.lengths.split(",")]
     model = str(embedded_model_path())
-    results: dict[str, dict[str, float]] = {}
     port = free_port()
     ours = [sys.executable, "-m", "app", "-m", model, "--port", str(port), "-np", "16", "-c", "131072",
             "-t", str(args.threads)]
-    with running(ours, port, "/health", {}) as server:
-        results["vertex-llama"] = measure(server.base, lengths, args.runs)
-    port = free_port()
-    command, cwd = peer_command("llama-server", model, port, args.threads, context="131072", slots="16")
-    with running(command, port, "/health", {}, cwd=cwd) as server:
-        results["llama-server"] = measure(server.base, lengths, args.runs)
+    peer_port = free_port()
+    command, cwd = peer_command("llama-server", model, peer_port, args.threads, context="131072", slots="16")
+    # both up at once: an idle server's threads sleep, so each request has the machine to itself
+    with running(ours, port, "/health", {}) as server, running(command, peer_port, "/health", {}, cwd=cwd) as peer:
+        results = measure({"vertex-llama": server.base, "llama-server": peer.base}, lengths, args.runs)
     print(f"{'row':48} {'ours':>8} {'llama-server':>13} {'ours/llama-server':>18}")
     for name, value in results["vertex-llama"].items():
-        peer = results["llama-server"][name]
-        print(f"{name:48} {value:8.3f} {peer:13.3f} {value / peer if peer else 0.0:18.2f}")
+        theirs = results["llama-server"][name]
+        print(f"{name:48} {value:8.3f} {theirs:13.3f} {value / theirs if theirs else 0.0:18.2f}")
 
 
 if __name__ == "__main__":

@@ -4,16 +4,52 @@ becomes a field of the engine; the worker's wiring (``app/server/wiring.py``) on
 
 from __future__ import annotations
 
+import logging
 import secrets
 from dataclasses import replace
 
 from app.config.settings import Settings
-from app.engine.llama.config import FitConfig, LlamaConfig, LoadConfig, RopeConfig
+from app.engine.llama.config import FitConfig, LlamaConfig, LoadConfig, RopeConfig, ThreadPlacement
 from app.engine.options import EngineOptions
+from app.host.cpu_placement import thread_priority_allowed
 from app.host.memory import available_memory_bytes
 
+log = logging.getLogger(__name__)
 
-def draft_config(settings: Settings, target: LlamaConfig, draft_path: str) -> LlamaConfig:
+
+def _placement(cpus: frozenset[int] | None, strict: int, prio: int, poll: int, prio_flag: str) -> ThreadPlacement:
+    if not thread_priority_allowed(prio):
+        log.warning("%s %s: this process may not give threads a real-time priority (it needs CAP_SYS_NICE); "
+                    "llama.cpp's threads run at the normal one", prio_flag, prio)
+        prio = 0
+    return ThreadPlacement(cpus=cpus or frozenset(), strict=strict == 1, prio=prio, poll=poll)
+
+
+def _or(value: int | None, default: int) -> int:
+    return default if value is None else value
+
+
+def thread_placements(settings: Settings) -> tuple[ThreadPlacement, ThreadPlacement, ThreadPlacement,
+                                                   ThreadPlacement]:
+    """llama.cpp's four thread pools, as llama-server sets them up: generation (--cpu-mask, --cpu-range,
+    --cpu-strict, --prio, --poll), prompt processing (their -batch forms, each defaulting to the former),
+    and the draft model's two (--spec-draft-cpu-*, defaulting to the target's)."""
+    strict_batch = _or(settings.cpu_strict_batch, settings.cpu_strict)
+    prio_batch, poll_batch = _or(settings.prio_batch, settings.prio), _or(settings.poll_batch, settings.poll)
+    return (
+        _placement(settings.compute_cpus, settings.cpu_strict, settings.prio, settings.poll, "--prio"),
+        _placement(settings.compute_cpus_batch, strict_batch, prio_batch, poll_batch, "--prio-batch"),
+        _placement(settings.draft_cpus, _or(settings.spec_draft_cpu_strict, settings.cpu_strict),
+                   _or(settings.spec_draft_prio, settings.prio), _or(settings.spec_draft_poll, settings.poll),
+                   "--spec-draft-prio"),
+        _placement(settings.draft_cpus_batch, _or(settings.spec_draft_cpu_strict_batch, strict_batch),
+                   _or(settings.spec_draft_prio_batch, prio_batch), _or(settings.spec_draft_poll_batch, poll_batch),
+                   "--spec-draft-prio-batch"),
+    )
+
+
+def draft_config(settings: Settings, target: LlamaConfig, draft_path: str,
+                 placements: tuple[ThreadPlacement, ThreadPlacement]) -> LlamaConfig:
     """The draft model's config (-md): the target's, with the --spec-draft-* settings; its slots and
     context length are the target's (set when the target has loaded)."""
     threads = settings.spec_draft_threads if settings.spec_draft_threads > 0 else target.n_threads
@@ -21,20 +57,25 @@ def draft_config(settings: Settings, target: LlamaConfig, draft_path: str) -> Ll
                       devices=settings.draft_devices)
     return replace(target, model_path=draft_path, n_gpu_layers=settings.draft_gpu_layers, n_threads=threads,
                    n_threads_batch=settings.spec_draft_threads_batch if settings.spec_draft_threads_batch > 0
-                   else threads, loras=(), control_vectors=(), mmproj=None, cache_type_k=settings.spec_draft_type_k,
+                   else threads, placement=placements[0], placement_batch=placements[1], loras=(), control_vectors=(),
+                   mmproj=None, cache_type_k=settings.spec_draft_type_k,
                    cache_type_v=settings.spec_draft_type_v, loading=loading, fit=FitConfig(), draft=None)
 
 
 def llama_config(settings: Settings, model_path: str, mmproj_path: str | None = None,
                    prompt_cache_bytes: int | None = 0, draft_path: str | None = None) -> LlamaConfig:
+    placement, placement_batch, *draft_placements = thread_placements(settings)
     config = LlamaConfig(
         model_path=model_path,
-        n_ctx=settings.ctx_size,
+        n_ctx=settings.context_size,
+        slot_ctx_cap=settings.kv_unified_per_slot,
         n_seq=settings.slot_count,
         n_batch=settings.batch_size,
         n_ubatch=settings.ubatch_size,
         n_threads=settings.cpu_threads,
         n_threads_batch=settings.cpu_threads_batch,
+        placement=placement,
+        placement_batch=placement_batch,
         n_gpu_layers=settings.gpu_layers,
         flash_attn=settings.flash_attn_mode,
         verbose=settings.debug_logs,
@@ -66,11 +107,13 @@ def llama_config(settings: Settings, model_path: str, mmproj_path: str | None = 
         op_offload=settings.op_offload,
         swa_full=settings.swa_full,
         warmup=settings.warmup,
+        perf=settings.perf,
         fit=FitConfig(enabled=settings.fit_enabled, gpu_layers_auto=settings.n_gpu_layers == "auto",
                       min_ctx=settings.fit_ctx, margin_mib=settings.fit_margin_mib,
                       host_free_bytes=available_memory_bytes(), host_reserved_bytes=prompt_cache_bytes or 0),
     )
-    return config if draft_path is None else replace(config, draft=draft_config(settings, config, draft_path))
+    return config if draft_path is None else replace(config, draft=draft_config(
+        settings, config, draft_path, (draft_placements[0], draft_placements[1])))
 
 
 def engine_options(settings: Settings, prompt_cache_bytes: int | None) -> EngineOptions:

@@ -128,6 +128,9 @@ class ModelSettings:
         "bypass the host buffer, so that extra buffer types can be used", env="LLAMA_ARG_NO_HOST")
     warmup: bool = option(("--warmup",), "bool", True,
         "one throw-away decode at load, so the first request does not pay for it", negative_flags=("--no-warmup",))
+    perf: bool = option(("--perf",), "bool", True,
+        "libllama's internal performance timings (llama_perf_context, llama_perf_sampler), as llama-server keeps "
+        "them", env="LLAMA_ARG_PERF", negative_flags=("--no-perf",))
     tags: tuple[str, ...] = option(("--tags",), "keys", (),
         "model tags for /v1/models, comma-separated (informational)", env="LLAMA_ARG_TAGS", metavar="TAGS")
     model_cache_dir: str | None = option(("--model-cache-dir",), "str", None,

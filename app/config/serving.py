@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 from app.config.options import SettingsError, option, parse_gpu_layers
@@ -31,6 +32,9 @@ class ServingSettings:
         "one KV cache that every slot shares: a slot may take the whole --ctx-size while the others leave "
         "room (default: per-slot cells of ctx-size / parallel, so batched output equals solo output)",
         env="LLAMA_ARG_KV_UNIFIED", negative_flags=("-no-kvu", "--no-kv-unified"))
+    kv_unified_per_slot: int = option(("--kv-unified-per-slot",), "int", 0,
+        "most tokens one slot's context holds (0: unset); without --ctx-size the context is --parallel x N (with "
+        "-kvu, one shared pool of that size)", env="LLAMA_ARG_KV_UNIFIED_PER_SLOT", minimum=0, metavar="N")
     cache_idle_slots: bool = option(("--cache-idle-slots",), "bool", True,
         "when a request starts, idle slots' prompts go to the prompt cache (--cache-ram), and with -kvu their "
         "cells are freed", env="LLAMA_ARG_CACHE_IDLE_SLOTS", negative_flags=("--no-cache-idle-slots",))
@@ -72,9 +76,17 @@ class ServingSettings:
         "at start; -1: no limit; 0: off)", env="LLAMA_ARG_CACHE_RAM", minimum=-1, metavar="MIB")
     spec_type: str = option(("--spec-type",), "str", "none",
         "comma-separated speculative decoding types, tried in order: ngram-simple (drafts from the slot's own "
-        "history), ngram-mod (drafts from an n-gram table every slot feeds), draft-simple (a draft model; the "
-        "default when --spec-draft-model is given), none",
+        "history), ngram-mod (drafts from an n-gram table every slot feeds), ngram-map-k, ngram-map-k4v (n-gram "
+        "maps of the slot's history), ngram-cache (lookup decoding: the slot's n-gram counts and those of "
+        "--lookup-cache-static/-dynamic), draft-simple (a draft model; the default when --spec-draft-model is "
+        "given), none",
         env="LLAMA_ARG_SPEC_TYPE", metavar="TYPES")
+    lookup_cache_static: str | None = option(("-lcs", "--lookup-cache-static"), "str", None,
+        "ngram-cache's static lookup cache: a file of n-gram counts (llama.cpp's llama-lookup-create writes one), "
+        "read at start, never updated", metavar="FNAME")
+    lookup_cache_dynamic: str | None = option(("-lcd", "--lookup-cache-dynamic"), "str", None,
+        "ngram-cache's dynamic lookup cache (llama-lookup's), read at start; the server does not write it, as "
+        "llama-server", metavar="FNAME")
     spec_draft_model: str | None = option(("-md", "--model-draft", "--spec-draft-model"), "str", None,
         "draft model for speculative decoding (same vocabulary; a path or a gs:// URI)",
         env="LLAMA_ARG_SPEC_DRAFT_MODEL", metavar="FNAME")
@@ -136,6 +148,13 @@ class ServingSettings:
         minimum=0)
 
     @property
+    def context_size(self) -> int:
+        """--ctx-size, or (unset, with --kv-unified-per-slot) --parallel x the per-slot limit, as llama-server."""
+        if self.ctx_size == 0 and self.kv_unified_per_slot > 0:
+            return self.slot_count * self.kv_unified_per_slot
+        return self.ctx_size
+
+    @property
     def slot_count(self) -> int:
         """``--parallel`` with ``-1`` (auto) resolved to llama-server's 4."""
         return 4 if self.n_parallel == -1 else self.n_parallel
@@ -169,7 +188,9 @@ class ServingSettings:
                                       "ngram-map-k": (self.spec_ngram_map_k_size_n, self.spec_ngram_map_k_size_m,
                                                       self.spec_ngram_map_k_min_hits),
                                       "ngram-map-k4v": (self.spec_ngram_map_k4v_size_n, self.spec_ngram_map_k4v_size_m,
-                                                        self.spec_ngram_map_k4v_min_hits)})
+                                                        self.spec_ngram_map_k4v_min_hits)},
+                                  lookup_cache_static=self.lookup_cache_static,
+                                  lookup_cache_dynamic=self.lookup_cache_dynamic)
 
     @property
     def has_draft_model(self) -> bool:
@@ -191,5 +212,9 @@ class ServingSettings:
                 raise SettingsError(f"--spec-type {kind}: not implemented here (implemented: {', '.join(SPEC_TYPES)})")
             if kind not in SPEC_TYPES:
                 raise SettingsError(f"--spec-type: unknown type {kind!r} (implemented: {', '.join(SPEC_TYPES)})")
+        for flag, path in (("--lookup-cache-static", self.lookup_cache_static),
+                           ("--lookup-cache-dynamic", self.lookup_cache_dynamic)):
+            if path is not None and not os.access(path, os.R_OK):
+                raise SettingsError(f"{flag}: cannot read {path}")
         if "draft-simple" in self.speculation.types and not self.has_draft_model:
             raise SettingsError("--spec-type draft-simple: give the draft model with --spec-draft-model/-md")

@@ -56,9 +56,6 @@ def _refuse(reason: str) -> Treatment:
     return Treatment("refuse", reason)
 
 
-DRAFT_PLACEMENT = _warn("the draft model shares the target's threads and their placement here")
-ONE_TEAM = _warn("one OpenMP team does prompts and generation here: --cpu-mask, --cpu-range, --cpu-strict, --prio "
-                 "and --poll place it")
 ONE_DEVICE = _warn("remote (RPC) devices are not used here: the model is placed on this machine's devices "
                    "(--device, -ngl, -sm, -ts, -mg, --override-tensor)")
 RESULTS = "not implemented here, and ignoring it would change the model's output"
@@ -67,24 +64,18 @@ NO_HUB = _refuse("no model downloads from Docker Hub here: give a path, a gs:// 
 
 TREATMENTS: dict[str, Treatment] = {
     # context, KV cache and RoPE: the numbers the model computes
-    "--escape": _warn("escapes are a llama-cli prompt feature; the server takes JSON"),
+    "--escape": _warn("escapes apply to the command line's --prompt (llama-cli's); llama-server ignores it too"),
     "--backend-sampling": _warn("sampling runs on the CPU here, with the same result"),
     # memory, placement and loading: speed and memory only
-    "--kv-unified-per-slot": _warn("each slot has its own KV cells here"),
     "--swa-checkpoints": _warn("context checkpoints are not kept here (they only save recomputation)"),
     "--checkpoint-min-step": _warn("context checkpoints are not kept here"),
     "--defrag-thold": _warn("deprecated in llama.cpp; it has no effect there either"),
     "--rpc": ONE_DEVICE,
-    "--perf": _warn("per-request timings are always returned here"),
-    "--cpu-mask-batch": ONE_TEAM, "--cpu-range-batch": ONE_TEAM, "--cpu-strict-batch": ONE_TEAM,
-    "--prio-batch": ONE_TEAM, "--poll-batch": ONE_TEAM,
     # the HTTP server
     "--video-ffmpeg-dir": _warn("video is not taken here"), "--video-fps": _warn("video is not taken here"),
     "--video-timestamp-interval": _warn("video is not taken here"),
     # programs and modes that are not this server
     "--docker-repo": NO_HUB,
-    "--lookup-cache-static": _warn("n-gram cache files are for --spec-type ngram-cache, not implemented here"),
-    "--lookup-cache-dynamic": _warn("n-gram cache files are for --spec-type ngram-cache, not implemented here"),
 }
 
 
@@ -104,8 +95,6 @@ def _speculation_treatment(flag: UpstreamFlag) -> Treatment:
     """The --spec-* settings this server's speculative decoding (app/engine/speculative.py) has no use for;
     the speed changes, never the output."""
     name = flag.name
-    if any(part in name for part in ("-cpu-mask", "-cpu-range", "-cpu-strict", "-prio", "-poll")):
-        return DRAFT_PLACEMENT
     if name == "--spec-ngram-simple-min-hits":
         return _warn("ngram-simple takes the latest match of the n-gram, as llama.cpp's ngram-simple does (it reads "
                      "no hit count there either)")

@@ -77,8 +77,15 @@ class EngineThread:
     # ---- the engine thread -----------------------------------------------------------------
 
     def _load(self) -> Scheduler | None:
+        options = self._options
         try:
             backend = self._factory()
+            try:  # EngineOptions is a SchedulerOptions: the scheduler reads its own fields of it
+                scheduler = Scheduler(backend, self._stats, replace(options,
+                                                                    context_shift=self._context_shift(backend)))
+            except BaseException:  # its drafters' files, say: the model is let go
+                backend.close()
+                raise
         except BaseException as exc:  # report any load failure, then let the owner exit
             self._load_error = exc
             log.error("failed to load the model: %s", exc)
@@ -86,9 +93,6 @@ class EngineThread:
                 self.on_load_failure(exc)
             return None
         self._backend = backend
-        options = self._options
-        # EngineOptions is a SchedulerOptions: the scheduler reads its own fields of it
-        scheduler = Scheduler(backend, self._stats, replace(options, context_shift=self._context_shift(backend)))
         media = backend.media
         self._facts = ModelFacts(backend.info, backend.n_seq, backend.n_ctx_seq,
                                  vision=media is not None and media.vision, audio=media is not None and media.audio,

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 
 from app.engine.backend import Backend, BatchToken
 from app.engine.errors import DecodeError
+from app.engine.ngram_cache import N_DRAFT, NgramCache
 from app.engine.ngram_map import NgramMap
 from app.engine.ngram_mod import NgramMod
 from app.engine.slots import common_prefix_length
@@ -38,8 +39,8 @@ from app.engine.types import SpeculativeParams
 log = logging.getLogger(__name__)
 
 # --spec-type values: the ones implemented here, and the pinned llama.cpp's others (refused at start-up)
-SPEC_TYPES = ("none", "draft-simple", "ngram-simple", "ngram-mod", "ngram-map-k", "ngram-map-k4v")
-UPSTREAM_ONLY_SPEC_TYPES = ("draft-eagle3", "draft-mtp", "draft-dflash", "draft-dspark", "ngram-cache")
+SPEC_TYPES = ("none", "draft-simple", "ngram-simple", "ngram-mod", "ngram-map-k", "ngram-map-k4v", "ngram-cache")
+UPSTREAM_ONLY_SPEC_TYPES = ("draft-eagle3", "draft-mtp", "draft-dflash", "draft-dspark")
 MAP_TYPES = ("ngram-map-k", "ngram-map-k4v")
 
 
@@ -59,6 +60,8 @@ class SpeculationOptions:
     # --spec-ngram-map-k-size-n/-size-m/-min-hits and the same for ngram-map-k4v
     ngram_map: dict[str, tuple[int, int, int]] = field(
         default_factory=lambda: {kind: (12, 48, 1) for kind in MAP_TYPES})
+    lookup_cache_static: str | None = None  # -lcs: ngram-cache's static lookup cache file
+    lookup_cache_dynamic: str | None = None  # -lcd: its dynamic one (read, never written, as llama-server)
 
     @property
     def enabled(self) -> bool:
@@ -175,12 +178,16 @@ class Speculator:
         self.types = options.types
         self.model = DraftModel(draft_backend, n_vocab) if draft_backend is not None else None
         # the drafters that keep a table of their own, told how much of each of their drafts was kept
-        self.tables: dict[str, NgramMod | NgramMap] = {
+        self.tables: dict[str, NgramMod | NgramMap | NgramCache] = {
             "ngram-mod": NgramMod(options.ngram_mod_n_match, options.ngram_mod_n_min, options.ngram_mod_n_max),
             **{kind: NgramMap(*options.ngram_map[kind], key_only=kind == "ngram-map-k") for kind in MAP_TYPES}}
+        if "ngram-cache" in self.types:  # its files are read only when it drafts
+            self.tables["ngram-cache"] = NgramCache.from_files(options.lookup_cache_static,
+                                                               options.lookup_cache_dynamic)
         # each drafter's configured most tokens a draft (ngram-simple: its size_m)
         self._n_max = {"draft-simple": options.draft_n_max, "ngram-simple": options.ngram_size_m,
-                       "ngram-mod": options.ngram_mod_n_max, **{kind: options.ngram_map[kind][1] for kind in MAP_TYPES}}
+                       "ngram-mod": options.ngram_mod_n_max, **{kind: options.ngram_map[kind][1] for kind in MAP_TYPES},
+                       "ngram-cache": N_DRAFT}
         self._drafted_by: dict[int, str] = {}  # each slot's last draft: the drafter that made it
         if "draft-simple" in self.types and self.model is None:
             log.warning("draft-simple speculation needs a draft model (--spec-draft-model): left out")

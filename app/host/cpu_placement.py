@@ -13,6 +13,9 @@ ggml's own thread pool, so the flags are applied the way that team takes them:
   core shared with other busy processes wants: bench/cpu_contention.py).
 - ``--prio``: the process's nice value, with llama.cpp's mapping, inherited by every thread.
 
+The same settings also reach llama.cpp's thread pools (app/engine/llama/threadpool.py), which ggml
+applies at every graph, and which give prompt processing and the draft model placements of their own.
+
 libgomp reads its environment when it loads, with the first import of llama_cpp: ``prepare_process``
 runs in the master process before that (app/server/cli.py), and the worker inherits it. Variables the user
 set already are left alone.
@@ -22,7 +25,9 @@ from __future__ import annotations
 
 import logging
 import os
+import resource
 from collections.abc import Mapping, MutableMapping
+from pathlib import Path
 
 log = logging.getLogger(__name__)
 
@@ -36,20 +41,20 @@ class PlacementError(ValueError):
     """A CPU mask or range that cannot be read; the message says why."""
 
 
-def parse_cpu_mask(text: str) -> frozenset[int]:
+def parse_cpu_mask(text: str, flag: str = "--cpu-mask") -> frozenset[int]:
     """llama.cpp's --cpu-mask: hexadecimal, bit i for CPU i (``0x`` allowed)."""
     digits = text.strip().lower().removeprefix("0x")
     try:
         value = int(digits, 16)
     except ValueError:
-        raise PlacementError(f"--cpu-mask: {text!r} is not a hexadecimal mask, e.g. 0x3 for CPUs 0 and 1") from None
+        raise PlacementError(f"{flag}: {text!r} is not a hexadecimal mask, e.g. 0x3 for CPUs 0 and 1") from None
     cpus = frozenset(bit for bit in range(value.bit_length()) if value >> bit & 1)
     if not cpus or max(cpus) >= MAX_CPUS:
-        raise PlacementError(f"--cpu-mask: {text!r} names no CPU below {MAX_CPUS}")
+        raise PlacementError(f"{flag}: {text!r} names no CPU below {MAX_CPUS}")
     return cpus
 
 
-def parse_cpu_range(text: str) -> frozenset[int]:
+def parse_cpu_range(text: str, flag: str = "--cpu-range") -> frozenset[int]:
     """llama.cpp's --cpu-range: ``lo-hi``, either end optional (0, or the last CPU ggml knows)."""
     start, dash, end = text.strip().partition("-")
     try:
@@ -58,23 +63,25 @@ def parse_cpu_range(text: str) -> frozenset[int]:
         first = int(start) if start else 0
         last = int(end) if end else MAX_CPUS - 1
     except ValueError:
-        raise PlacementError(f"--cpu-range: {text!r} is not a range, e.g. 0-3") from None
+        raise PlacementError(f"{flag}: {text!r} is not a range, e.g. 0-3") from None
     if not 0 <= first <= last < MAX_CPUS:
-        raise PlacementError(f"--cpu-range: {text!r} is out of order or past CPU {MAX_CPUS - 1}")
+        raise PlacementError(f"{flag}: {text!r} is out of order or past CPU {MAX_CPUS - 1}")
     return frozenset(range(first, last + 1))
 
 
-def compute_cpus(mask: str | None, cpu_range: str | None, available: frozenset[int]) -> frozenset[int] | None:
+def compute_cpus(mask: str | None, cpu_range: str | None, available: frozenset[int],
+                 flags: tuple[str, str] = ("--cpu-mask", "--cpu-range")) -> frozenset[int] | None:
     """The CPUs the compute threads may use: the mask's and the range's together (as llama.cpp
     complements one with the other), of those this process may use; None when neither is given."""
     if mask is None and cpu_range is None:
         return None
-    wanted = parse_cpu_mask(mask) if mask else frozenset()
-    wanted |= parse_cpu_range(cpu_range) if cpu_range else frozenset()
+    wanted = parse_cpu_mask(mask, flags[0]) if mask else frozenset()
+    wanted |= parse_cpu_range(cpu_range, flags[1]) if cpu_range else frozenset()
     cpus = wanted & available
     if not cpus:
-        raise PlacementError(f"--cpu-mask/--cpu-range: none of CPUs {sorted(wanted)[:8]} is one this process may "
-                             f"use ({sorted(available)})")
+        names = "/".join(filter(None, flags))
+        raise PlacementError(f"{names}: none of CPUs {sorted(wanted)[:8]} is one this process may use "
+                             f"({sorted(available)})")
     return cpus
 
 
@@ -110,6 +117,28 @@ def place_compute_threads(cpus: frozenset[int] | None) -> None:
     if cpus:
         os.sched_setaffinity(0, cpus)
         log.info("llama.cpp's threads run on CPUs %s", ",".join(map(str, sorted(cpus))))
+
+
+REALTIME = {1: 40, 2: 80, 3: 90}  # ggml's thread priorities medium, high, realtime: SCHED_FIFO at these
+CAP_SYS_NICE = 23
+
+
+def thread_priority_allowed(prio: int, status: str | None = None) -> bool:
+    """Whether this process may give llama.cpp's threads priority ``prio`` (ggml's: above normal is a
+    real-time SCHED_FIFO priority, which needs CAP_SYS_NICE or an RLIMIT_RTPRIO as high). Where it may
+    not, ggml would warn at every graph it computes: the pool is then left at the normal priority."""
+    if prio not in REALTIME:
+        return True
+    soft, _ = resource.getrlimit(resource.RLIMIT_RTPRIO)
+    if soft == resource.RLIM_INFINITY or soft >= REALTIME[prio]:
+        return True
+    if status is None:
+        try:
+            status = Path("/proc/self/status").read_text()
+        except OSError:
+            return False
+    effective = next((line.split(":", 1)[1] for line in status.splitlines() if line.startswith("CapEff:")), "0")
+    return bool(int(effective.strip() or "0", 16) >> CAP_SYS_NICE & 1)
 
 
 def describe(environ: Mapping[str, str]) -> str:

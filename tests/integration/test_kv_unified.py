@@ -34,3 +34,22 @@ def test_a_shared_cache_takes_a_prompt_longer_than_a_slots_share(server_dir: Pat
         assert len({reply["id_slot"] for reply in replies}) > 1
     finally:
         assert shared.stop() == 0, shared.log()
+
+
+def test_kv_unified_per_slot_sizes_the_pool_and_caps_each_slot(server_dir: Path) -> None:
+    """--kv-unified-per-slot without -c: the shared pool is --parallel x N, and no slot takes more than N (a
+    prompt longer than N is refused though the pool has room), as llama-server's n_ctx_slot."""
+    server = start(server_dir, ["-np", "2", "-kvu", "--kv-unified-per-slot", "1024"])
+    try:
+        props = requests.get(server.url("/props"), timeout=10).json()
+        assert props["default_generation_settings"]["n_ctx"] == 1024
+        assert all(slot["n_ctx"] == 1024 for slot in requests.get(server.url("/slots"), timeout=10).json())
+        refused = requests.post(server.url("/completion"), json={"prompt": LONG, "n_predict": 2}, timeout=60)
+        assert refused.status_code == 400 and refused.json()["error"]["type"] == "exceed_context_size_error"
+        short = requests.post(server.url("/completion"), json={"prompt": LONG[:2000], "n_predict": 4,
+                                                                "ignore_eos": True}, timeout=120)
+        assert short.status_code == 200 and short.json()["tokens_predicted"] == 4
+        # the pool: 2 x 1024, all of it one slot's share with -kvu, held to 1024 a slot
+        assert "capping each slot's context (2048) to --kv-unified-per-slot (1024)" in server.log()
+    finally:
+        assert server.stop() == 0, server.log()

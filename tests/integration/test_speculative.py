@@ -1,5 +1,5 @@
 """Speculative decoding on the real model: n-gram drafts (--spec-type ngram-simple, ngram-mod, ngram-map-k,
-ngram-map-k4v) and a draft model (-md; the embedded model as its own draft). Greedy output with speculation
+ngram-map-k4v, ngram-cache) and a draft model (-md; the embedded model as its own draft). Greedy output with speculation
 equals greedy output without it (a request's speculative.n_max 0) on the same server, the drafts show in the
 timings,
 /slots and /metrics, and a draft model whose vocabulary differs is refused at start-up."""
@@ -124,3 +124,28 @@ def test_a_draft_model_of_another_vocabulary_is_refused(server_dir: Path, tmp_pa
     finally:
         server.stop()
     assert "cannot draft for this model" in server.log()
+
+
+def test_ngram_cache_speculation_keeps_the_greedy_output(server_dir: Path, tmp_path: Path) -> None:
+    """--spec-type ngram-cache (lookup decoding): the slot's n-gram counts draft the copied text; the static
+    lookup cache, a file in llama.cpp's format, is read at start; one that is not such a file stops the start."""
+    from app.engine.ngram_cache import save
+
+    static = tmp_path / "static.lcs"
+    save({(1, 2, -1, -1): {3: 4}, (2, 3, -1, -1): {1: 2, 5: 1}}, str(static))
+    server = start(server_dir, ["-np", "2", "-c", "4096", "--metrics", "--spec-type", "ngram-cache",
+                                "--lookup-cache-static", str(static)])
+    try:
+        fast = check_same_greedy_output(server)
+        assert fast["timings"]["draft_n_accepted"] > 16  # the answer copies the prompt's text
+        assert f"the static lookup cache {static} holds 2 n-grams" in server.log()
+    finally:
+        assert server.stop() == 0, server.log()
+    broken = tmp_path / "broken.lcs"
+    broken.write_bytes(static.read_bytes()[:-2])
+    failed = launch(server_dir, ["-np", "1", "--spec-type", "ngram-cache", "-lcs", str(broken)])
+    try:
+        assert failed.process.wait(timeout=120) == 4  # a load failure, as a bad draft model
+    finally:
+        failed.stop()
+    assert "not a lookup cache" in failed.log()

@@ -58,7 +58,10 @@ VALUES: dict[str, str] = {
     "adaptive_decay": "0.5", "reasoning_format": "none", "reasoning_budget": "0", "media_max_bytes": "1048576",
     "media_max_pixels": "1000000", "media_max_seconds": "60", "sse_ping_interval": "10", "threads_http": "8",
     "timeout": "300", "max_body_bytes": "2097152", "predict_deadline": "120", "max_response_bytes": "1048576",
-    "predictions_format": "model-garden", "log_verbosity": "4",
+    "predictions_format": "model-garden", "log_verbosity": "4", "cpu_strict_batch": "1", "prio_batch": "0",
+    "poll_batch": "0", "spec_draft_cpu_strict": "1", "spec_draft_prio": "0", "spec_draft_poll": "0",
+    "spec_draft_cpu_strict_batch": "1", "spec_draft_prio_batch": "0", "spec_draft_poll_batch": "0",
+    "kv_unified_per_slot": "1024",
 }
 # Text options that need no file, no address and no mode of their own, with a valid value each.
 TEXT_VALUES: dict[str, str] = {
@@ -69,7 +72,9 @@ TEXT_VALUES: dict[str, str] = {
     "grammar": 'root ::= [a-z]+', "reverse_prompt": "STOP", "chat_template_kwargs": '{"enable_thinking": false}',
     "chat_template": "chatml", "reasoning": "off", "reasoning_effort": "low", "reasoning_budget_message": "done",
     "media_marker": "<__media__>", "cors_origins": "http://a.test", "cors_methods": "GET, POST",
-    "cors_headers": "Content-Type", "ui_config": "{}", "log_colors": "off",
+    "cors_headers": "Content-Type", "ui_config": "{}", "log_colors": "off", "cpu_mask_batch": "0xffffffff",
+    "cpu_range_batch": "0-", "spec_draft_cpu_mask": "0xffffffff", "spec_draft_cpu_range": "0-",
+    "spec_draft_cpu_mask_batch": "0xffffffff",
 }
 # Where /props shows a setting: default_generation_settings.params[key] must be the value given.
 # (-n is not among them: llama-server shows n_predict -1 there whatever -n says, and so does this server.)

@@ -264,6 +264,9 @@ def test_context_flags_reach_llama_cpps_context_parameters() -> None:
     defaults = context_params(llama_config(parse(), "/models/m.gguf"), 1024)
     assert (defaults.offload_kqv, defaults.op_offload, defaults.swa_full, defaults.kv_unified) == (True, True, False,
                                                                                                   False)
+    assert not defaults.no_perf  # libllama's timings on, as llama-server's default
+    assert context_params(llama_config(parse("--no-perf"), "m"), 1024).no_perf
+    assert context_params(llama_config(parse_settings([], {"LLAMA_ARG_PERF": "0"}), "m"), 1024).no_perf
     loading = llama_config(parse("--no-repack", "--no-host", "-sm", "none", "-mg", "1", "-ts", "1,1"), "m").loading
     assert (loading.repack, loading.no_host, loading.split_mode, loading.main_gpu, loading.tensor_split) == (
         False, True, "none", 1, (1.0, 1.0))
@@ -301,3 +304,16 @@ def test_the_ui_config_is_a_json_object_from_the_flag_over_the_file(tmp_path: Pa
                           (["--ui-config-file", str(tmp_path / "missing.json")], "--ui-config-file: cannot read")):
         with pytest.raises(SettingsError, match=message):
             parse_settings(argv, {}, error=lambda message: None)
+
+
+def test_kv_unified_per_slot_sizes_an_unset_context_and_caps_each_slot() -> None:
+    from app.config.engine_config import llama_config
+
+    assert parse("-np", "3", "--kv-unified-per-slot", "512").context_size == 1536
+    assert parse("-np", "3", "-c", "4096", "--kv-unified-per-slot", "512").context_size == 4096  # -c wins
+    assert parse("--kv-unified-per-slot", "512").context_size == 2048  # -np auto: 4 slots
+    config = llama_config(parse("-np", "2", "--kv-unified-per-slot", "256"), "m")
+    assert (config.n_ctx, config.slot_ctx_cap) == (512, 256)
+    from app.engine.llama.params import capped_slot_context
+    assert capped_slot_context(4096, 256) == 256 and capped_slot_context(128, 256) == 128
+    assert capped_slot_context(4096, 0) == 4096

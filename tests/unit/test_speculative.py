@@ -6,6 +6,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
+from pathlib import Path
+
+import pytest
 
 from app.engine import BatchToken, Completion, Engine, EngineOptions, GenerationRequest, SamplingParams
 from app.engine.ngram_map import NgramMap
@@ -228,3 +231,46 @@ def test_ngram_map_k4v_drafts_only_a_dominant_continuation() -> None:
     drafts = speculator.drafts([DraftWant(seq=0, history=[1, 2, 7, 8, 9, 5, 1, 2, 6, 6, 6, 4, 4, 4, 1], last=2,
                                           limit=2)])
     assert drafts == {0: [6, 6]}
+
+
+def test_ngram_cache_drafts_the_dominant_follower_of_the_longest_ngram_seen() -> None:
+    """llama.cpp's lookup decoding: the slot's own n-gram counts (lax thresholds) draft up to 8 tokens."""
+    from app.engine.ngram_cache import NgramCache
+
+    drafter = NgramCache()
+    history = [5, 1, 2, 3, 4, 9, 1, 2, 3, 4, 9, 1, 2, 3, 4, 9, 1]
+    assert drafter.draft(0, history, 2, limit=8) == [3, 4, 9, 1, 2, 3, 4, 9]
+    assert drafter.draft(0, history, 2, limit=3) == [3, 4, 9]
+    assert NgramCache().draft(0, [5, 1, 2, 7], 8, limit=8) == []  # nothing seen twice: no draft
+    assert drafter.draft(1, [1, 2], 3, limit=8) == []  # each slot has its own counts
+    assert drafter.draft(0, [1, 2, 6], 1, limit=8) == []  # a shorter history: a new job, counted afresh
+
+
+def test_ngram_cache_reads_llama_cpps_lookup_files_and_the_static_cache_drafts_alone(tmp_path: Path) -> None:
+    """The file is llama.cpp's common_ngram_cache_save layout (packed here by hand), read back as written."""
+    import struct
+
+    from app.engine.ngram_cache import LookupCacheError, NgramCache, load, save
+
+    raw = tmp_path / "static.bin"  # (7, 8) was followed by 3 three times, by 4 once
+    raw.write_bytes(struct.pack("<4i", 7, 8, -1, -1) + struct.pack("<i", 2) + struct.pack("<4i", 3, 3, 4, 1)
+                    + struct.pack("<4i", 8, 3, -1, -1) + struct.pack("<i", 1) + struct.pack("<2i", 7, 2))
+    cache = load(str(raw))
+    assert cache == {(7, 8, -1, -1): {3: 3, 4: 1}, (8, 3, -1, -1): {7: 2}}
+    save(cache, str(tmp_path / "again.bin"))
+    assert (tmp_path / "again.bin").read_bytes() == raw.read_bytes()
+    drafter = NgramCache.from_files(str(raw), None)
+    assert drafter.draft(0, [1, 7], 8, limit=8)[:2] == [3, 7]  # 3 of 4 after (7, 8); then 7 after (8, 3)
+    (tmp_path / "cut.bin").write_bytes(raw.read_bytes()[:-3])
+    for bad in (tmp_path / "cut.bin", tmp_path / "missing.bin"):
+        with pytest.raises(LookupCacheError, match=bad.name):
+            load(str(bad))
+
+
+def test_ngram_cache_speeds_a_repeating_answer_without_changing_it() -> None:
+    reply = lambda prompt: TEXT * 2  # noqa: E731
+    plain = run(FakeBackend(reply_for=reply, n_seq=1), SpeculationOptions())
+    backend = FakeBackend(reply_for=reply, n_seq=1)
+    fast = run(backend, SpeculationOptions(types=("ngram-cache",)))
+    assert fast.text == plain.text and fast.timings.draft_n_accepted > 0
+    assert len(backend.batches) < len(plain.tokens)

@@ -23,8 +23,9 @@ from app.engine.llama.control_vectors import apply_control_vectors
 from app.engine.llama.embedder import POOLING_NAMES, LlamaEmbedder
 from app.engine.llama.ggml import gpu_free_bytes, set_up_llama_cpp
 from app.engine.llama.media import LlamaMedia
-from app.engine.llama.params import NUMA_NUMBERS, context_params, model_params, model_shape
+from app.engine.llama.params import NUMA_NUMBERS, capped_slot_context, context_params, model_params, model_shape
 from app.engine.llama.sampler import LlamaSampler, new_sampler
+from app.engine.llama.threadpool import ThreadPools
 from app.engine.llama.vocab import LlamaVocabulary, model_meta
 from app.engine.memory_fit import MIB, FitRequest, fit
 from app.engine.types import (
@@ -68,9 +69,15 @@ class LlamaBackend:
             lc.llama_model_free(self._model)
             raise ModelLoadError("llama.cpp could not create a context (out of memory? a quantized V cache without "
                                  "flash attention?)")
+        try:
+            self._pools: ThreadPools | None = ThreadPools.attach(self._ctx, config)
+        except ModelLoadError:
+            lc.llama_free(self._ctx)
+            lc.llama_model_free(self._model)
+            raise
         self._memory = lc.llama_get_memory(self._ctx)
         self.n_seq = int(lc.llama_n_seq_max(self._ctx))
-        self.n_ctx_seq = int(lc.llama_n_ctx_seq(self._ctx))
+        self.n_ctx_seq = capped_slot_context(int(lc.llama_n_ctx_seq(self._ctx)), config.slot_ctx_cap)
         self.kv_unified = config.kv_unified
         self.n_batch = int(lc.llama_n_batch(self._ctx))  # llama.cpp may lower it: read it back
         self._batch = lc.llama_batch_init(self.n_batch, 0, 1)
@@ -286,7 +293,7 @@ class LlamaBackend:
             raise DecodeError(int(code))
 
     def new_sampler(self, params: SamplingParams) -> LlamaSampler:
-        return new_sampler(params, self._ctx, self.vocab, self.n_ctx_seq)
+        return new_sampler(params, self._ctx, self.vocab, self.n_ctx_seq, self._config.perf)
 
     def copy_sequence(self, source: int, target: int) -> None:
         lc.llama_memory_seq_rm(self._memory, target, -1, -1)
@@ -361,6 +368,8 @@ class LlamaBackend:
                                        "declare rank pooling); serve a reranker model")
             self._embedder = LlamaEmbedder(self._model, config.embed_pooling, config.embed_n_ctx,
                                            config.embed_n_seq, config.n_threads_batch)
+            if self._pools is not None:
+                self._pools.attach_batch_only(self._embedder.context)
         return self._embedder
 
     def close(self) -> None:
@@ -383,6 +392,9 @@ class LlamaBackend:
             lc.llama_batch_free(self._batch)
             lc.llama_free(self._ctx)
             self._ctx = None
+        if self._pools is not None:  # after every context that uses them
+            self._pools.close()
+            self._pools = None
         if self._model:
             lc.llama_model_free(self._model)
             self._model = None

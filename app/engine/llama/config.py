@@ -23,6 +23,18 @@ class RopeConfig:
 
 
 @dataclass(frozen=True)
+class ThreadPlacement:
+    """One of llama.cpp's thread pools (ggml's ``ggml_threadpool_params``): the CPUs its threads run on,
+    each bound to one of them (strict), their priority (ggml's -1 low ... 3 realtime) and how long they
+    poll for work (0-100)."""
+
+    cpus: frozenset[int] = frozenset()  # empty: wherever the process may run
+    strict: bool = False
+    prio: int = 0
+    poll: int = 50
+
+
+@dataclass(frozen=True)
 class LoadConfig:
     """How the model file is read and placed; llama.cpp's defaults by default."""
 
@@ -56,11 +68,14 @@ class FitConfig:
 class LlamaConfig:
     model_path: str
     n_ctx: int = 0
+    slot_ctx_cap: int = 0  # --kv-unified-per-slot: most tokens a slot's context holds (0: its share)
     n_seq: int = 4
     n_batch: int = 2048
     n_ubatch: int = 512
     n_threads: int = 2
     n_threads_batch: int = 2
+    placement: ThreadPlacement = field(default_factory=ThreadPlacement)  # generation's thread pool
+    placement_batch: ThreadPlacement = field(default_factory=ThreadPlacement)  # prompt processing's
     n_gpu_layers: int = -1
     flash_attn: str = "auto"
     verbose: bool = False
@@ -85,5 +100,6 @@ class LlamaConfig:
     op_offload: bool = True
     swa_full: bool = False
     warmup: bool = True
+    perf: bool = True  # libllama's performance timings (no_perf off)
     fit: FitConfig = field(default_factory=FitConfig)
     draft: LlamaConfig | None = None  # the draft model (-md); its slots and context follow this one's

@@ -39,6 +39,10 @@ class LlamaEmbedder:
         self.n_cls_out = max(1, int(lc.llama_model_n_cls_out(model)))
         self._batch = lc.llama_batch_init(self.n_ctx, 0, 1)
 
+    @property
+    def context(self) -> Any:
+        return self._ctx
+
     def embed(self, inputs: Sequence[Sequence[int]]) -> list[list[list[float]]]:
         """One vector per input (pooled), one per token (pooling none), or the rank scores."""
         total = sum(len(tokens) for tokens in inputs)

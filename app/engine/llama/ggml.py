@@ -119,6 +119,10 @@ def _open_ggml(lib_dir: Path) -> ctypes.CDLL | None:
             ggml.ggml_backend_dev_buffer_type.restype = ctypes.c_void_p
             ggml.ggml_backend_buft_name.argtypes = [ctypes.c_void_p]
             ggml.ggml_backend_buft_name.restype = ctypes.c_char_p
+            ggml.ggml_backend_dev_backend_reg.argtypes = [ctypes.c_void_p]
+            ggml.ggml_backend_dev_backend_reg.restype = ctypes.c_void_p
+            ggml.ggml_backend_reg_get_proc_address.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
+            ggml.ggml_backend_reg_get_proc_address.restype = ctypes.c_void_p
             _ggml = ggml
             return ggml
     return None
@@ -197,6 +201,18 @@ def _ggml_or_fail() -> ctypes.CDLL:
     if ggml is None:
         raise ModelLoadError("ggml's library was not found: device lists and tensor overrides cannot be resolved")
     return ggml
+
+
+def cpu_backend_function(name: str, restype: Any, argtypes: list[Any]) -> Any:
+    """A function of ggml's CPU backend (``ggml_threadpool_new``, ...), found through its registry, as
+    llama.cpp's own programs find it (a runtime-dispatch build loads the backend as a library)."""
+    ggml = _ggml_or_fail()
+    device = ggml.ggml_backend_dev_by_type(GGML_DEVICE_CPU)
+    address = ggml.ggml_backend_reg_get_proc_address(ggml.ggml_backend_dev_backend_reg(device), name.encode()) \
+        if device else None
+    if not address:
+        raise ModelLoadError(f"ggml's CPU backend has no {name}")
+    return ctypes.CFUNCTYPE(restype, *argtypes)(address)
 
 
 def buffer_types() -> dict[str, int]:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import ctypes
+import logging
 from typing import Any
 
 from app.engine.errors import ModelLoadError
@@ -13,6 +14,8 @@ from app.engine.llama.ggml import buffer_types, offload_device
 from app.engine.llama.vocab import model_meta
 from app.engine.memory_fit import ModelShape
 from app.engine.types import KV_CACHE_TYPES, LAZY_MODES, LOAD_MODES, NUMA_STRATEGIES, SPLIT_MODES
+
+log = logging.getLogger("app.engine.llama.backend")
 
 _FLASH_ATTN = {"auto": -1, "off": 0, "on": 1}
 # ggml's type numbers of the KV cache types llama-server takes (ggml.h's enum ggml_type)
@@ -125,8 +128,21 @@ def context_params(config: LlamaConfig, n_ctx: int) -> Any:
     params.yarn_attn_factor = rope.yarn_attn_factor
     params.yarn_beta_fast = rope.yarn_beta_fast
     params.yarn_beta_slow = rope.yarn_beta_slow
-    params.no_perf = True
+    params.no_perf = not config.perf
     return params
+
+
+def capped_slot_context(n_ctx_seq: int, cap: int) -> int:
+    """A slot's context, held to --kv-unified-per-slot (llama-server's ``n_ctx_slot``), said in the log."""
+    if cap <= 0:
+        return n_ctx_seq
+    if n_ctx_seq > cap:
+        log.info("capping each slot's context (%d) to --kv-unified-per-slot (%d)", n_ctx_seq, cap)
+    elif cap > n_ctx_seq:
+        log.warning("--kv-unified-per-slot (%d) exceeds a slot's share of the context (%d): it has no effect "
+                    "(raise --ctx-size, or unset it to size the context to --parallel x --kv-unified-per-slot)",
+                    cap, n_ctx_seq)
+    return min(n_ctx_seq, cap)
 
 
 def model_shape(model: Any, type_k: str, type_v: str) -> ModelShape:

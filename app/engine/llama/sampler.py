@@ -46,10 +46,11 @@ def _add(chain: Any, sampler: Any) -> None:
     lc.llama_sampler_chain_add(chain, sampler)
 
 
-def new_sampler(params: SamplingParams, ctx: Any, vocab: LlamaVocabulary, n_ctx_seq: int) -> LlamaSampler:
-    """A sampler chain in llama-server's order for one sequence of ``ctx``."""
+def new_sampler(params: SamplingParams, ctx: Any, vocab: LlamaVocabulary, n_ctx_seq: int,
+                perf: bool = False) -> LlamaSampler:
+    """A sampler chain in llama-server's order for one sequence of ``ctx`` (``perf``: with its timings)."""
     chain_params = lc.llama_sampler_chain_default_params()
-    chain_params.no_perf = True
+    chain_params.no_perf = not perf
     chain = lc.llama_sampler_chain_init(chain_params)
     n_vocab = vocab.n_vocab
     if params.logit_bias:
