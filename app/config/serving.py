@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from app.config.options import SettingsError, option, parse_gpu_layers
 from app.engine.speculative import SPEC_TYPES, UPSTREAM_ONLY_SPEC_TYPES, SpeculationOptions
+from app.engine.synthetic import SyntheticAcceptanceError
 from app.engine.types import (
     KV_CACHE_TYPES,
 )
@@ -81,6 +82,13 @@ class ServingSettings:
         "--lookup-cache-static/-dynamic), draft-simple (a draft model; the default when --spec-draft-model is "
         "given), none",
         env="LLAMA_ARG_SPEC_TYPE", metavar="TYPES")
+    spec_synth_len: float | None = option(("--spec-synth-len",), "float", None,
+        "benchmarking only: keep draft tokens at random for this mean acceptance length (the model's token "
+        "included) instead of verifying them; the output is not the model's", env="LLAMA_ARG_SPEC_SYNTH_LEN",
+        metavar="L")
+    spec_synth_rates: str | None = option(("--spec-synth-rates",), "str", None,
+        "benchmarking only: the probability of keeping each draft position, comma-separated and never rising "
+        "(one per position of the longest draft)", env="LLAMA_ARG_SPEC_SYNTH_RATES", metavar="P0,P1,...")
     lookup_cache_static: str | None = option(("-lcs", "--lookup-cache-static"), "str", None,
         "ngram-cache's static lookup cache: a file of n-gram counts (llama.cpp's llama-lookup-create writes one), "
         "read at start, never updated", metavar="FNAME")
@@ -190,7 +198,19 @@ class ServingSettings:
                                       "ngram-map-k4v": (self.spec_ngram_map_k4v_size_n, self.spec_ngram_map_k4v_size_m,
                                                         self.spec_ngram_map_k4v_min_hits)},
                                   lookup_cache_static=self.lookup_cache_static,
-                                  lookup_cache_dynamic=self.lookup_cache_dynamic)
+                                  lookup_cache_dynamic=self.lookup_cache_dynamic,
+                                  synth_len=self.spec_synth_len, synth_rates=self.synth_rates)
+
+    @property
+    def synth_rates(self) -> tuple[float, ...]:
+        """--spec-synth-rates' numbers."""
+        if not self.spec_synth_rates:
+            return ()
+        try:
+            return tuple(float(part) for part in self.spec_synth_rates.split(","))
+        except ValueError:
+            raise SettingsError(f"--spec-synth-rates: {self.spec_synth_rates!r} is not comma-separated "
+                                "numbers") from None
 
     @property
     def has_draft_model(self) -> bool:
@@ -212,6 +232,10 @@ class ServingSettings:
                 raise SettingsError(f"--spec-type {kind}: not implemented here (implemented: {', '.join(SPEC_TYPES)})")
             if kind not in SPEC_TYPES:
                 raise SettingsError(f"--spec-type: unknown type {kind!r} (implemented: {', '.join(SPEC_TYPES)})")
+        try:
+            _ = self.speculation.synthetic_acceptance
+        except SyntheticAcceptanceError as exc:
+            raise SettingsError(str(exc)) from None
         for flag, path in (("--lookup-cache-static", self.lookup_cache_static),
                            ("--lookup-cache-dynamic", self.lookup_cache_dynamic)):
             if path is not None and not os.access(path, os.R_OK):

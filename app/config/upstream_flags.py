@@ -98,8 +98,6 @@ def _speculation_treatment(flag: UpstreamFlag) -> Treatment:
     if name == "--spec-ngram-simple-min-hits":
         return _warn("ngram-simple takes the latest match of the n-gram, as llama.cpp's ngram-simple does (it reads "
                      "no hit count there either)")
-    if "synth" in name:
-        return _warn("synthetic acceptance is a benchmarking aid of llama-server; drafts are real here")
     if name == "--spec-draft-p-split":
         return _warn("a draft is one sequence here (no split into a tree)")
     return _warn("the draft model samples on the CPU here, with the same drafts")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import random
 import time
 from collections import deque
 
@@ -17,8 +18,9 @@ from app.engine.errors import CancelledError, EngineError
 from app.engine.options import SchedulerOptions
 from app.engine.prompt_cache import PromptCache
 from app.engine.slots import Job, Slot, SlotState
+from app.engine.speculative import Speculator
 from app.engine.stats import StatsRecorder
-from app.engine.types import PromptProgress, TokenChunk, banning_end_of_generation
+from app.engine.types import RANDOM_SEED, GenerationRequest, PromptProgress, TokenChunk, banning_end_of_generation
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +34,7 @@ class Admission:
     slots: list[Slot]
     pending: deque[Job]
     prompt_cache: PromptCache | None
+    speculator: Speculator | None
 
     @property
     def busy(self) -> bool:
@@ -106,6 +109,14 @@ class Admission:
         return self.backend.new_sampler(banning_end_of_generation(job.request.sampling,
                                                                   self.backend.vocab.eog_tokens()))
 
+    def _synthetic_rng(self, request: GenerationRequest) -> random.Random | None:
+        """The job's generator for synthetic acceptance, seeded with its seed as in llama-server; None when that
+        is off, and for a grammar's job (a kept draft token the grammar never saw could break it)."""
+        if self.speculator is None or not self.speculator.synthetic or request.sampling.grammar:
+            return None
+        seed = request.sampling.seed
+        return random.Random(None if seed == RANDOM_SEED else seed)
+
     def _cache_idle_slots(self, starting: Slot) -> None:
         """llama-server's --cache-idle-slots: when a job starts, the prompts of the idle slots go to
         the prompt cache; with a shared KV cache (-kvu) their cells are freed for the running ones."""
@@ -136,6 +147,7 @@ class Admission:
         if not self.backend.forget(slot.id, slot.position(keep)):
             keep = 0
         slot.start(job, self._sampler_for(job), keep)  # type: ignore[arg-type]
+        slot.synthetic_rng = self._synthetic_rng(request)
         self.stats.on_prompt_start(keep, restored)
         report_progress(slot)
 

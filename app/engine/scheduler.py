@@ -25,6 +25,7 @@ from app.engine.prompt_cache import PromptCache
 from app.engine.slots import ControlJob, EmbedJob, Job, Slot, SlotState
 from app.engine.speculative import DraftWant, SpeculationOptions, Speculator
 from app.engine.stats import StatsRecorder
+from app.engine.synthetic import synthetic_verify
 from app.engine.types import Completion, FinishReason, MediaChunk, Sampled
 
 log = logging.getLogger(__name__)
@@ -240,9 +241,15 @@ class Scheduler(Admission):
         equals the slot's draft token there, the next from that draft token's logits. The cells of
         the draft tokens that were not taken are dropped."""
         draft, slot.draft = slot.draft, []
-        produced = [self._next_token(slot, index)]
-        while len(produced) <= len(draft) and produced[-1].token == draft[len(produced) - 1]:
-            produced.append(self._next_token(slot, index + len(produced)))
+        synthetic = self.speculator.synthetic if self.speculator is not None and draft else ()
+        if synthetic and slot.synthetic_rng is not None:
+            produced = synthetic_verify(draft, synthetic, slot.synthetic_rng,
+                                        lambda offset: self._next_token(slot, index + offset),
+                                        self.backend.vocab.is_eog)
+        else:
+            produced = [self._next_token(slot, index)]
+            while len(produced) <= len(draft) and produced[-1].token == draft[len(produced) - 1]:
+                produced.append(self._next_token(slot, index + len(produced)))
         if draft:
             accepted = len(produced) - 1
             if accepted < len(draft):

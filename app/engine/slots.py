@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import enum
 import queue
+import random
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -131,6 +132,7 @@ class Slot:
     draft: list[int] = field(default_factory=list)  # the draft tokens this step verifies (in ``cached`` until then)
     draft_n: int = 0  # draft tokens this job has verified
     draft_accepted: int = 0  # ... and kept
+    synthetic_rng: random.Random | None = None  # --spec-synth-*: this job's draws (None: drafts verified as usual)
     t_start: float = 0.0
     t_prompt_done: float = 0.0
     t_last: float = 0.0

@@ -34,6 +34,7 @@ from app.engine.ngram_cache import N_DRAFT, NgramCache
 from app.engine.ngram_map import NgramMap
 from app.engine.ngram_mod import NgramMod
 from app.engine.slots import common_prefix_length
+from app.engine.synthetic import conditional, resolve_rates
 from app.engine.types import SpeculativeParams
 
 log = logging.getLogger(__name__)
@@ -62,10 +63,25 @@ class SpeculationOptions:
         default_factory=lambda: {kind: (12, 48, 1) for kind in MAP_TYPES})
     lookup_cache_static: str | None = None  # -lcs: ngram-cache's static lookup cache file
     lookup_cache_dynamic: str | None = None  # -lcd: its dynamic one (read, never written, as llama-server)
+    synth_len: float | None = None  # --spec-synth-len: synthetic acceptance's mean length (app/engine/synthetic.py)
+    synth_rates: tuple[float, ...] = ()  # --spec-synth-rates: its per-position rates
 
     @property
     def enabled(self) -> bool:
         return bool(self.types)
+
+    @property
+    def n_max_by_type(self) -> dict[str, int]:
+        """Each drafter's configured most tokens a draft (ngram-simple: its size_m; ngram-cache: llama-server's 8)."""
+        return {"draft-simple": self.draft_n_max, "ngram-simple": self.ngram_size_m, "ngram-mod": self.ngram_mod_n_max,
+                **{kind: self.ngram_map[kind][1] for kind in MAP_TYPES}, "ngram-cache": N_DRAFT}
+
+    @property
+    def synthetic_acceptance(self) -> tuple[float, ...]:
+        """The conditional keep probability of each draft position (llama-server's synth_probs); () when off.
+        SyntheticAcceptanceError for rates llama-server refuses (the settings check it at start)."""
+        n_max = max((self.n_max_by_type[kind] for kind in self.types), default=0)
+        return conditional(resolve_rates(self.synth_len, self.synth_rates, n_max))
 
 
 @dataclass(frozen=True)
@@ -184,10 +200,11 @@ class Speculator:
         if "ngram-cache" in self.types:  # its files are read only when it drafts
             self.tables["ngram-cache"] = NgramCache.from_files(options.lookup_cache_static,
                                                                options.lookup_cache_dynamic)
-        # each drafter's configured most tokens a draft (ngram-simple: its size_m)
-        self._n_max = {"draft-simple": options.draft_n_max, "ngram-simple": options.ngram_size_m,
-                       "ngram-mod": options.ngram_mod_n_max, **{kind: options.ngram_map[kind][1] for kind in MAP_TYPES},
-                       "ngram-cache": N_DRAFT}
+        self._n_max = options.n_max_by_type
+        self.synthetic = options.synthetic_acceptance  # llama-server's benchmarking aid; () when off
+        if self.synthetic:
+            log.warning("synthetic speculative acceptance is on (--spec-synth-len/--spec-synth-rates), for "
+                        "benchmarking: the output is not the model's")
         self._drafted_by: dict[int, str] = {}  # each slot's last draft: the drafter that made it
         if "draft-simple" in self.types and self.model is None:
             log.warning("draft-simple speculation needs a draft model (--spec-draft-model): left out")

@@ -149,3 +149,16 @@ def test_ngram_cache_speculation_keeps_the_greedy_output(server_dir: Path, tmp_p
     finally:
         failed.stop()
     assert "not a lookup cache" in failed.log()
+
+
+def test_synthetic_acceptance_keeps_every_draft_at_its_longest_length(server_dir: Path) -> None:
+    """--spec-synth-len (llama-server's benchmarking aid) on the real model: at n_max + 1 every drafted token is
+    kept whatever the model would pick, and the server says that its output is not the model's."""
+    server = start(server_dir, ["-np", "1", "-c", "4096", "--spec-type", "ngram-simple", "--spec-ngram-simple-size-n",
+                                "4", "--spec-ngram-simple-size-m", "8", "--spec-synth-len", "9"])
+    try:
+        timings = complete(server)["timings"]
+        assert timings["draft_n"] > 0 and timings["draft_n_accepted"] == timings["draft_n"]
+        assert "synthetic speculative acceptance is on" in server.log()
+    finally:
+        assert server.stop() == 0, server.log()

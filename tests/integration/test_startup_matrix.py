@@ -32,6 +32,7 @@ ELSEWHERE = {
     "load_mode": "test_model_loading.py", "lora_init_without_apply": "test_embeddings_rerank_lora_slots.py",
     "spec_draft_cpu_moe": "needs a draft model", "spec_draft_n_cpu_moe": "needs a draft model",
     "log_disable": "test_lifecycle.py (the tests read the log)",
+    "spec_synth_len": "test_speculative.py (it needs a --spec-type)",
 }
 # A value for each plain option whose own rule would not do (switches flip; numbers and choices are here).
 VALUES: dict[str, str] = {

@@ -317,3 +317,15 @@ def test_kv_unified_per_slot_sizes_an_unset_context_and_caps_each_slot() -> None
     from app.engine.llama.params import capped_slot_context
     assert capped_slot_context(4096, 256) == 256 and capped_slot_context(128, 256) == 128
     assert capped_slot_context(4096, 0) == 4096
+
+
+def test_synthetic_acceptance_is_checked_against_the_drafters_at_start() -> None:
+    settings = parse("--spec-type", "ngram-simple", "--spec-ngram-simple-size-m", "4", "--spec-synth-rates",
+                     "0.9,0.5,0.5,0.1")
+    assert settings.speculation.synthetic_acceptance == pytest.approx((0.9, 0.5 / 0.9, 1.0, 0.2))
+    assert parse("--spec-type", "ngram-mod", "--spec-synth-len", "65").speculation.synthetic_acceptance == (1.0,) * 64
+    for argv, says in ((["--spec-synth-len", "2"], "needs speculative decoding"),
+                       (["--spec-type", "ngram-simple", "--spec-synth-rates", "0.5,x"], "comma-separated"),
+                       (["--spec-type", "ngram-simple", "--spec-synth-rates", "0.5"], "give 48 values")):
+        with pytest.raises(SettingsError, match=says):
+            parse_settings(argv, {}, error=lambda message: None)

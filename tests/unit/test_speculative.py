@@ -4,6 +4,7 @@ rejected draft tokens are dropped, and the output is the output without speculat
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -274,3 +275,53 @@ def test_ngram_cache_speeds_a_repeating_answer_without_changing_it() -> None:
     fast = run(backend, SpeculationOptions(types=("ngram-cache",)))
     assert fast.text == plain.text and fast.timings.draft_n_accepted > 0
     assert len(backend.batches) < len(plain.tokens)
+
+
+def test_synthetic_rates_resolve_as_llama_server_resolves_them() -> None:
+    from app.engine.synthetic import SyntheticAcceptanceError, conditional, resolve_rates
+
+    assert resolve_rates(None, (), 8) == ()
+    assert resolve_rates(None, (0.9, 0.5, 0.5), 3) == (0.9, 0.5, 0.5)
+    geometric = resolve_rates(2.5, (), 4)  # p + p^2 + p^3 + p^4 = 1.5
+    assert abs(sum(geometric) - 1.5) < 1e-6 and all(b == pytest.approx(a * geometric[0])
+                                                     for a, b in itertools.pairwise(geometric))
+    assert resolve_rates(5.0, (), 4) == (1.0, 1.0, 1.0, 1.0) and resolve_rates(1.0, (), 2) == (0.0, 0.0)
+    assert conditional((0.8, 0.4, 0.0, 0.0)) == (0.8, 0.5, 0.0, 0.0)
+    for length, rates, n_max, says in ((2.0, (0.5,), 1, "mutually exclusive"), (2.0, (), 0, "speculative"),
+                                       (None, (0.5, 0.6), 2, "rise"), (None, (0.5,), 2, "give 2 values"),
+                                       (None, (1.5,), 1, r"\[0, 1\]"), (6.0, (), 4, r"\[1, 5\]")):
+        with pytest.raises(SyntheticAcceptanceError, match=says):
+            resolve_rates(length, rates, n_max)
+
+
+def test_synthetic_acceptance_keeps_drafts_at_the_rate_asked_not_by_the_model() -> None:
+    """--spec-synth-len at its longest keeps every draft token, at 1 none (the model's own drafts would be
+    mostly kept); each job draws from its seed, so the same seed gives the same output."""
+    reply = lambda prompt: TEXT * 2  # noqa: E731
+    everything = run(FakeBackend(reply_for=reply, n_seq=1), replace(NGRAM, synth_len=9.0))  # n_max 8, + 1
+    assert everything.timings.draft_n > 0 and everything.timings.draft_n_accepted == everything.timings.draft_n
+    nothing = run(FakeBackend(reply_for=reply, n_seq=1), replace(NGRAM, synth_len=1.0))
+    assert nothing.timings.draft_n > 0 and nothing.timings.draft_n_accepted == 0
+    assert nothing.text == TEXT * 2  # none kept: every token is the model's
+    half = []
+    for _ in range(2):
+        options = EngineOptions(speculation=replace(NGRAM, synth_len=2.0))
+        with running_engine(FakeBackend(reply_for=reply, n_seq=1), options) as engine:
+            half.append(completion_of(engine.submit(GenerationRequest(
+                prompt=tuple(encode(PROMPT)), sampling=SamplingParams(temperature=0, seed=7)))))
+    assert half[0].tokens == half[1].tokens
+    assert (half[0].timings.draft_n, half[0].timings.draft_n_accepted) == (
+        half[1].timings.draft_n, half[1].timings.draft_n_accepted)
+    assert 0 < half[0].timings.draft_n_accepted < half[0].timings.draft_n
+
+
+def test_synthetic_verification_never_keeps_a_drafted_end_of_generation() -> None:
+    import random
+
+    from app.engine.synthetic import synthetic_verify
+    from app.engine.types import Sampled
+
+    picks = iter([Sampled(21), Sampled(22), Sampled(23)])
+    produced = synthetic_verify([5, EOS, 6], (1.0, 1.0, 1.0), random.Random(0), lambda offset: next(picks),
+                                lambda token: token == EOS)
+    assert [sampled.token for sampled in produced] == [5, 22]  # the drafted EOS is the model's pick instead
