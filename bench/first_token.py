@@ -2,9 +2,9 @@
 
     .venv/bin/python bench/first_token.py [--runs 40] [--threads 2] [--slots 16] [--ctx-size 16384]
 
-For each server, one after the other with the same flags (``-np 16 -c 16384 -t 2`` by default, as
-issue 29 measured): three warm-up chats, then ``--runs`` streamed chats of 16 tokens (temperature 0)
-for each case, one at a time:
+Both servers up at once with the same flags (``-np 16 -c 16384 -t 2`` by default, as issue 29 measured),
+taking turns request by request so that the machine's drift falls on both alike: three warm-up chats
+each, then ``--runs`` streamed chats of 16 tokens (temperature 0) for each case, one at a time:
 
 - ``short``: four different short questions in turn (each a new conversation);
 - ``cached prefix``: the same long system prompt (about 600 tokens) with a different question each
@@ -22,6 +22,7 @@ machines are noisy.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import statistics
 import sys
@@ -73,17 +74,22 @@ CASES: dict[str, Case] = {
 }
 
 
-def measure(base: str, runs: int) -> dict[str, tuple[list[float], list[float]]]:
-    for i in range(3):
-        first_token(base, *CASES["short"](i))
-    results: dict[str, tuple[list[float], list[float]]] = {}
-    for name, case in CASES.items():
-        times, prompts = [], []
+def measure(bases: dict[str, str], runs: int) -> dict[str, dict[str, tuple[list[float], list[float]]]]:
+    """Each case for each server, the servers taking turns request by request (the first of a turn
+    alternating), so that the machine's drift over the run falls on both alike."""
+    names = list(bases)
+    for name in names:
+        for i in range(3):
+            first_token(bases[name], *CASES["short"](i))
+    results: dict[str, dict[str, tuple[list[float], list[float]]]] = {name: {} for name in names}
+    for case_name, case in CASES.items():
+        for name in names:
+            results[name][case_name] = ([], [])
         for i in range(runs):
-            seconds, prompt_ms = first_token(base, *case(i))
-            times.append(seconds * 1000)
-            prompts.append(prompt_ms)
-        results[name] = (times, prompts)
+            for name in names[i % 2:] + names[:i % 2]:
+                seconds, prompt_ms = first_token(bases[name], *case(i))
+                results[name][case_name][0].append(seconds * 1000)
+                results[name][case_name][1].append(prompt_ms)
     return results
 
 
@@ -104,18 +110,17 @@ def main() -> None:
     parser.add_argument("--extra", default="", help="more flags for this server, space-separated")
     args = parser.parse_args()
     model = str(embedded_model_path())
-    rows = {}
     port = free_port()
     ours = [sys.executable, "-m", "app", "-m", model, "--port", str(port), "-np", args.slots, "-c", args.ctx_size,
             "-t", str(args.threads), *args.extra.split()]
-    with running(ours, port, "/health", {}) as server:
-        rows["vertex-llama"] = measure(server.base, args.runs)
-    if not args.ours_only:
-        port = free_port()
-        command, cwd = peer_command("llama-server", model, port, args.threads, context=args.ctx_size,
-                                    slots=args.slots)
-        with running(command, port, "/health", {}, cwd=cwd) as server:
-            rows["llama-server"] = measure(server.base, args.runs)
+    with contextlib.ExitStack() as stack:
+        bases = {"vertex-llama": stack.enter_context(running(ours, port, "/health", {})).base}
+        if not args.ours_only:  # both up at once: an idle server's threads sleep
+            peer_port = free_port()
+            command, cwd = peer_command("llama-server", model, peer_port, args.threads, context=args.ctx_size,
+                                        slots=args.slots)
+            bases["llama-server"] = stack.enter_context(running(command, peer_port, "/health", {}, cwd=cwd)).base
+        rows = measure(bases, args.runs)
     print(f"time to first token (ms), {args.runs} runs a case, -np {args.slots} -c {args.ctx_size} "
           f"-t {args.threads}: median (10th-90th percentile, min, max); outside: the time less prompt_ms")
     for case in CASES:

@@ -181,8 +181,10 @@ class Admission:
         assert cache is not None
         request = job.request
         found = cache.best(request.prompt, request.media)
-        if keep * 2 < len(slot.cached):  # the job keeps under half of what the slot holds (llama-server's
-            # f_keep < 0.5; an integer halving here kept 24 of 49 tokens as "half" and lost the slot's prompt)
+        if slot.cached and keep * 2 <= len(slot.cached):
+            # the job keeps half or less of what the slot holds: llama-server's f_keep < 0.5, computed in floats
+            # as (lcp / n_prompt * n_prompt) / n_cached, so that 24 kept of 48 comes out a hair under half there
+            # and is saved; at exactly half the slot's prompt would be lost and decoded again when next asked
             cache.keep(slot.cached, slot.media, lambda: self.backend.read_sequence(slot.id))
         restored = False
         if found is not None and found[1] > keep:

@@ -36,10 +36,50 @@ def default_stream_error(error: dict[str, Any]) -> SseEvent:
 PING = ":\n\n"  # an SSE comment: clients ignore it, idle-connection timeouts see traffic
 
 
+class DaemonThreads:
+    """Daemon threads kept for the next task once theirs ends: a stream's event puller starts on one already
+    running (a new thread per stream delayed its first chunk by ~2 ms here, waiting for the new thread's
+    start under the GIL). Never fewer threads than tasks running; idle ones wait for work, and being daemons
+    they never hold up the process's exit."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+        self._tasks: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+        self._idle = 0
+        self._lock = threading.Lock()
+
+    @property
+    def idle(self) -> int:
+        """Threads waiting for a task."""
+        return self._idle
+
+    def run(self, task: Callable[[], None]) -> None:
+        with self._lock:
+            spawn = self._idle == 0
+            if not spawn:
+                self._idle -= 1
+        self._tasks.put(task)
+        if spawn:
+            threading.Thread(target=self._work, name=self._name, daemon=True).start()
+
+    def _work(self) -> None:
+        while True:
+            task = self._tasks.get()
+            try:
+                task()
+            except BaseException:  # the task's own errors are its own; the thread goes on serving
+                log.exception("a %s task failed", self._name)
+            with self._lock:
+                self._idle += 1
+
+
+_PULLERS = DaemonThreads("sse-events")
+
+
 def with_pings(events: Iterator[SseEvent], seconds: float) -> Iterator[SseEvent | None]:
     """``events``, with a None (a ping) whenever none has come for ``seconds``. The events are
-    pulled on a thread of their own, which ends with them (or at the first pull after this
-    iterator is closed); their errors are raised here."""
+    pulled on a thread of their own (``_PULLERS``), which is done with them when they end (or at the
+    first pull after this iterator is closed); their errors are raised here."""
     arrived: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
     closed = threading.Event()
 
@@ -57,7 +97,7 @@ def with_pings(events: Iterator[SseEvent], seconds: float) -> Iterator[SseEvent 
             if close is not None:
                 close()
 
-    threading.Thread(target=pull, name="sse-events", daemon=True).start()
+    _PULLERS.run(pull)
     try:
         while True:
             try:

@@ -71,10 +71,11 @@ def test_a_slot_that_keeps_most_of_its_cells_is_not_copied(backend: FakeBackend,
     assert backend.state_reads == 0
 
 
-@pytest.mark.parametrize(("held", "copied"), [(49, 1), (48, 0)])
-def test_a_slot_is_copied_when_the_next_job_keeps_under_half_of_it(held: int, copied: int) -> None:
-    """llama-server's f_keep < 0.5: 24 tokens kept of 49 is under half (the slot's prompt is kept in the
-    cache, for the next request that asks it again); 24 of 48 is half (it is not)."""
+@pytest.mark.parametrize(("held", "copied"), [(49, 1), (48, 1), (47, 0)])
+def test_a_slot_is_copied_when_the_next_job_keeps_half_of_it_or_less(held: int, copied: int) -> None:
+    """llama-server's f_keep < 0.5, in its floats: 24 tokens kept of 49 is under half, and 24 of 48 too
+    there (24/37*37/48 rounds below 0.5), so the slot's prompt is kept in the cache for the next request
+    that asks for it again; 24 of 47 is more than half (it is not)."""
     backend = FakeBackend(reply_for=lambda prompt: "", n_seq=1, n_ctx_seq=1024, n_batch=64)
     for engine in engine_with(backend, 1 << 20):
         run(engine, "s" * 24 + "a" * (held - 24))
