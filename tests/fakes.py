@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from app.engine import (
     BatchToken,
@@ -135,6 +135,10 @@ class FakeBackend:
     can_rewind: bool = True
     confidence: float = 1.0  # what top_token says of its pick (a draft model's p_min test)
     forgets: list[tuple[int, int]] = field(default_factory=list)
+    n_swa: int = 0  # a sliding window: each sequence keeps cells for its last n_swa + n_ubatch positions only
+    n_ubatch: int = 16
+    held_from: dict[int, int] = field(default_factory=dict)  # the lowest position a sequence still holds
+    window_writes: int = 0  # checkpoints restored
 
     @property
     def info(self) -> ModelInfo:
@@ -161,6 +165,9 @@ class FakeBackend:
             assert entry.pos == len(cells), f"seq {entry.seq}: position {entry.pos} after {len(cells)} cells"
             assert entry.pos < self.n_ctx_seq, "position beyond the slot context"
             cells.append(entry.token)
+        if self.n_swa:  # as llama.cpp prunes a sequence's window cells
+            for seq in {entry.seq for entry in batch}:
+                self.held_from[seq] = max(self.held_from.get(seq, 0), len(self.kv[seq]) - self.n_swa - self.n_ubatch)
         self.batches.append(list(batch))
         self.decodes_under_lora.append((frozenset(entry.seq for entry in batch),
                                         self.lora_history[-1] if self.lora_history else ()))
@@ -187,6 +194,7 @@ class FakeBackend:
 
     def copy_sequence(self, source: int, target: int) -> None:
         self.kv[target] = list(self.kv.get(source, []))
+        self.held_from[target] = self.held_from.get(source, 0)
         self.copies.append((source, target))
 
     def shift_sequence(self, seq: int, keep: int, discard: int) -> bool:
@@ -206,6 +214,26 @@ class FakeBackend:
         if from_pos < len(cells):
             self.forgets.append((seq, from_pos))
         del cells[from_pos:]
+        if from_pos <= self.held_from.get(seq, 0):
+            self.held_from[seq] = 0 if from_pos <= 0 else from_pos  # nothing of the window is left
+        return True
+
+    def pos_min(self, seq: int) -> int:
+        cells = self.kv.get(seq, [])
+        held = self.held_from.get(seq, 0)
+        return held if held < len(cells) else -1
+
+    def pos_max(self, seq: int) -> int:
+        return len(self.kv.get(seq, [])) - 1
+
+    def read_window(self, seq: int) -> SequenceState:
+        return SequenceState((self.held_from.get(seq, 0), list(self.kv.get(seq, []))), 8)
+
+    def write_window(self, seq: int, state: SequenceState) -> bool:
+        held, cells = cast(tuple[int, list[int]], state.data)
+        self.held_from[seq] = held
+        self.kv[seq] = list(cells) + self.kv.get(seq, [])[len(cells):]  # the checkpoint's cells, the rest kept
+        self.window_writes += 1
         return True
 
     def embedder(self) -> FakeEmbedder:
@@ -222,6 +250,7 @@ class FakeBackend:
     def write_sequence(self, seq: int, state: SequenceState) -> bool:
         assert isinstance(state.data, list)
         self.kv[seq] = list(state.data)
+        self.held_from[seq] = max(0, len(state.data) - self.n_swa - self.n_ubatch) if self.n_swa else 0
         self.state_writes += 1
         return True
 

@@ -140,3 +140,48 @@ def make_control_vector(path: Path, base: Path, seed: int = 0, scale: float = 4.
     writer.write_tensors_to_file()
     writer.close()
     return path
+
+
+def make_swa_model(path: Path, base: Path, window: int = 32, pattern: int = 2) -> Path:
+    """The embedded SmolLM2 model as a sliding-window one: its weights under llama.cpp's ``granite_swa``
+    architecture (a llama with attention sinks, and SWA on the layers the pattern marks: every layer but
+    each ``pattern``-th attends only to the last ``window`` positions). Its text is still SmolLM2's, near
+    enough; what matters is that llama.cpp keeps an SWA cache for it, which is pruned past the window."""
+    reader = gguf.GGUFReader(base, "r")
+    source_arch = str(reader.fields[gguf.Keys.General.ARCHITECTURE].contents())
+    arch = "granite_swa"
+    writer = gguf.GGUFWriter(str(path), arch=arch, endianess=reader.endianess)
+    n_layer = n_head = 0
+    for field in reader.fields.values():
+        if field.name == gguf.Keys.General.ARCHITECTURE or field.name.startswith("GGUF."):
+            continue
+        name = field.name.replace(f"{source_arch}.", f"{arch}.", 1)
+        value_type = field.types[0]
+        sub_type = field.types[-1] if value_type == gguf.GGUFValueType.ARRAY else None
+        value = field.contents()
+        writer.add_key_value(name, value, value_type, sub_type=sub_type)
+        if name == f"{arch}.block_count":
+            n_layer = int(value)
+        if name == f"{arch}.attention.head_count":
+            n_head = int(value)
+    writer.add_key_value(f"{arch}.logit_scale", 1.0, gguf.GGUFValueType.FLOAT32)
+    writer.add_key_value(f"{arch}.attention.sliding_window", window, gguf.GGUFValueType.UINT32)
+    writer.add_key_value(f"{arch}.attention.sliding_window_pattern",
+                         [(layer + 1) % pattern != 0 for layer in range(n_layer)], gguf.GGUFValueType.ARRAY,
+                         sub_type=gguf.GGUFValueType.BOOL)
+    sinks = np.full(n_head, -30.0, dtype=np.float32)  # a sink's weight in the softmax: e^-30, nothing
+    for tensor in reader.tensors:
+        writer.add_tensor_info(tensor.name, tensor.data.shape, tensor.data.dtype, tensor.data.nbytes,
+                               tensor.tensor_type)
+    for layer in range(n_layer):
+        writer.add_tensor_info(f"blk.{layer}.attn_sinks.weight", sinks.shape, sinks.dtype, sinks.nbytes,
+                               gguf.GGMLQuantizationType.F32)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_ti_data_to_file()
+    for tensor in reader.tensors:
+        writer.write_tensor_data(tensor.data, tensor_endianess=reader.endianess)
+    for _ in range(n_layer):
+        writer.write_tensor_data(sinks, tensor_endianess=reader.endianess)
+    writer.close()
+    return path

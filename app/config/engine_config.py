@@ -133,4 +133,6 @@ def engine_options(settings: Settings, prompt_cache_bytes: int | None) -> Engine
         cache_idle_slots=settings.cache_idle_slots,
         special_output=settings.special,
         speculation=settings.speculation,
+        ctx_checkpoints=settings.ctx_checkpoints,
+        checkpoint_min_step=settings.checkpoint_min_step,
     )

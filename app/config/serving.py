@@ -39,6 +39,14 @@ class ServingSettings:
     cache_idle_slots: bool = option(("--cache-idle-slots",), "bool", True,
         "when a request starts, idle slots' prompts go to the prompt cache (--cache-ram), and with -kvu their "
         "cells are freed", env="LLAMA_ARG_CACHE_IDLE_SLOTS", negative_flags=("--no-cache-idle-slots",))
+    ctx_checkpoints: int = option(("-ctxcp", "--ctx-checkpoints", "--swa-checkpoints"), "int", 32,
+        "most context checkpoints a slot keeps, for a model with sliding-window attention: copies of its window "
+        "cells taken near each prompt's end, from which a later prompt sharing that prefix is decoded when the "
+        "window before the prefix's end was pruned (0: none; that prompt is decoded whole)",
+        env="LLAMA_ARG_CTX_CHECKPOINTS", minimum=0, metavar="N")
+    checkpoint_min_step: int = option(("-cms", "--checkpoint-min-step"), "int", 8192,
+        "once a slot's checkpoints are full, those within this many tokens of an earlier one go first "
+        "(0: the oldest go)", env="LLAMA_ARG_CHECKPOINT_MIN_SPACING_NT", minimum=0, metavar="N")
     context_shift: bool = option(("--context-shift",), "bool", False,
         "when a generation fills its slot's context, drop the oldest tokens after --keep and go on (off: it ends, "
         "truncated)", env="LLAMA_ARG_CONTEXT_SHIFT", negative_flags=("--no-context-shift",))

@@ -67,8 +67,6 @@ TREATMENTS: dict[str, Treatment] = {
     "--escape": _warn("escapes apply to the command line's --prompt (llama-cli's); llama-server ignores it too"),
     "--backend-sampling": _warn("sampling runs on the CPU here, with the same result"),
     # memory, placement and loading: speed and memory only
-    "--swa-checkpoints": _warn("context checkpoints are not kept here (they only save recomputation)"),
-    "--checkpoint-min-step": _warn("context checkpoints are not kept here"),
     "--defrag-thold": _warn("deprecated in llama.cpp; it has no effect there either"),
     "--rpc": ONE_DEVICE,
     # the HTTP server
@@ -99,7 +97,8 @@ def _speculation_treatment(flag: UpstreamFlag) -> Treatment:
         return _warn("ngram-simple takes the latest match of the n-gram, as llama.cpp's ngram-simple does (it reads "
                      "no hit count there either)")
     if name == "--spec-draft-p-split":
-        return _warn("a draft is one sequence here (no split into a tree)")
+        return _warn("the pinned llama.cpp parses it and reads it nowhere (no draft tree there): a no-op in "
+                     "llama-server too")
     return _warn("the draft model samples on the CPU here, with the same drafts")
 
 

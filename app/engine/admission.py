@@ -14,6 +14,7 @@ import time
 from collections import deque
 
 from app.engine.backend import Backend
+from app.engine.checkpoints import WindowKeeper
 from app.engine.errors import CancelledError, EngineError
 from app.engine.options import SchedulerOptions
 from app.engine.prompt_cache import PromptCache
@@ -35,6 +36,7 @@ class Admission:
     pending: deque[Job]
     prompt_cache: PromptCache | None
     speculator: Speculator | None
+    windows: WindowKeeper
 
     @property
     def busy(self) -> bool:
@@ -144,9 +146,11 @@ class Admission:
         if request.cache_prompt and request.n_cache_reuse > 0 and not slot.media and not request.media:
             keep = self._reuse_chunks(slot, request.prompt, keep, request.n_cache_reuse)
         slot.media = list(request.media)
+        keep = self.windows.held_prefix(slot, keep)
         if not self.backend.forget(slot.id, slot.position(keep)):
             keep = 0
         slot.start(job, self._sampler_for(job), keep)  # type: ignore[arg-type]
+        self.windows.plan(slot, len(request.prompt), keep)
         slot.synthetic_rng = self._synthetic_rng(request)
         self.stats.on_prompt_start(keep, restored)
         report_progress(slot)
@@ -189,6 +193,7 @@ class Admission:
         restored = False
         if found is not None and found[1] > keep:
             entry, length = found
+            slot.checkpoints.clear()  # they were of the cells this state replaces
             if self.backend.write_sequence(slot.id, entry.state):
                 slot.cached = list(entry.tokens)
                 slot.media = list(entry.media)

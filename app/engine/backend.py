@@ -212,6 +212,27 @@ class Backend(Protocol):
         """Drop the KV cells of ``seq`` from position ``from_pos`` on. False when only the whole
         sequence could be dropped."""
 
+    @property
+    def n_swa(self) -> int:
+        """The sliding window of a model with sliding-window attention (0: none, or ``--swa-full`` keeps every
+        cell): a sequence's window cells are kept for its last positions only (app/engine/checkpoints.py)."""
+
+    @property
+    def n_ubatch(self) -> int:
+        """Tokens one physical batch of a decode takes."""
+
+    def pos_min(self, seq: int) -> int:
+        """The lowest position ``seq`` still holds a cell for (-1: none)."""
+
+    def pos_max(self, seq: int) -> int:
+        """The highest position ``seq`` holds a cell for (-1: none)."""
+
+    def read_window(self, seq: int) -> SequenceState:
+        """A copy of ``seq``'s sliding-window cells alone (llama.cpp's partial state): a checkpoint."""
+
+    def write_window(self, seq: int, state: SequenceState) -> bool:
+        """Put back the window cells ``read_window`` gave; False when they do not fit."""
+
     def embedder(self) -> Embedder:
         """The embedding context (made on first use)."""
 

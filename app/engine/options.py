@@ -18,6 +18,8 @@ class SchedulerOptions:
     cache_idle_slots: bool = True  # idle slots' prompts go to the prompt cache (and leave the cells, with -kvu)
     special_output: bool = False  # --special: special tokens (<|im_start|>, ...) are written in the generated text
     speculation: SpeculationOptions = field(default_factory=SpeculationOptions)  # --spec-type and the draft settings
+    ctx_checkpoints: int = 32  # --ctx-checkpoints: a slot's most checkpoints of a sliding window (0: none)
+    checkpoint_min_step: int = 8192  # --checkpoint-min-step: how close two may be once a slot's are full
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ from dataclasses import replace
 
 from app.engine.admission import Admission, report_progress
 from app.engine.backend import Backend, BatchEntry, BatchMedia, BatchToken
+from app.engine.checkpoints import WindowKeeper
 from app.engine.embedding_batches import run_embedding_decode
 from app.engine.errors import CancelledError, DecodeError, EngineError
 from app.engine.options import SchedulerOptions
@@ -44,6 +45,7 @@ class Scheduler(Admission):
         self._decode_seconds = 0.0  # inside llama_decode, this step
         self.prompt_cache = PromptCache(options.prompt_cache_bytes) if options.prompt_cache_bytes != 0 else None
         self.speculator = speculator_for(backend, options.speculation)
+        self.windows = WindowKeeper(backend, options.ctx_checkpoints, options.checkpoint_min_step)
 
     def report_load(self) -> None:
         busy = [slot for slot in self.slots if slot.busy]
@@ -133,7 +135,7 @@ class Scheduler(Admission):
                 break
             if slot.state is not SlotState.PREFILL or slot.id not in members:
                 continue
-            entries = slot.take_prefill(room, self._whole_media)
+            entries = slot.take_prefill(self.windows.room(slot, room), self._whole_media)
             if not entries:
                 continue
             if not slot.pending:
@@ -199,7 +201,8 @@ class Scheduler(Admission):
         self._decode_seconds += time.perf_counter() - started
         self.stats.on_decode(_rows(batch), len(in_batch))
         for slot in self.slots:
-            if slot.id in in_batch and slot.state is SlotState.PREFILL:
+            if slot.id in in_batch and slot.state is SlotState.PREFILL and slot.job is not None:
+                self.windows.after_decode(slot, slot.job.id)
                 report_progress(slot)
         for slot, index in outputs:
             if slot.state is SlotState.PREFILL:
@@ -228,6 +231,7 @@ class Scheduler(Admission):
         for follower in followers:
             self.backend.copy_sequence(slot.id, follower.id)
             follower.cached = list(slot.cached)
+            follower.checkpoints.clear()
             follower.cache_n = slot.n_prompt
             follower.leader = None
         for member in (slot, *followers):

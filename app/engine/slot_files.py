@@ -41,6 +41,7 @@ def restore_slot(scheduler: Scheduler, slot_id: int, path: str) -> SlotFileResul
         raise InvalidJobError("Unable to restore slot, no available space in KV cache or invalid slot save file")
     tokens, read = loaded
     slot.cached = tokens
+    slot.checkpoints.clear()  # of the cells the file replaced
     slot.offered = False
     return SlotFileResult(len(tokens), read, (time.perf_counter() - started) * 1000.0)
 

@@ -14,6 +14,7 @@ from itertools import count
 from typing import Any
 
 from app.engine.backend import BatchEntry, BatchMedia, BatchToken, Sampler
+from app.engine.checkpoints import SlotCheckpoints
 from app.engine.errors import EngineError
 from app.engine.generation import Generation
 from app.engine.reasoning_budget import BudgetGate
@@ -133,6 +134,8 @@ class Slot:
     draft_n: int = 0  # draft tokens this job has verified
     draft_accepted: int = 0  # ... and kept
     synthetic_rng: random.Random | None = None  # --spec-synth-*: this job's draws (None: drafts verified as usual)
+    checkpoints: SlotCheckpoints = field(default_factory=SlotCheckpoints)  # of its cells' window (checkpoints.py)
+    checkpoint_stops: list[int] = field(default_factory=list)  # where this job's prefill pauses to take one
     t_start: float = 0.0
     t_prompt_done: float = 0.0
     t_last: float = 0.0

@@ -62,7 +62,7 @@ VALUES: dict[str, str] = {
     "predictions_format": "model-garden", "log_verbosity": "4", "cpu_strict_batch": "1", "prio_batch": "0",
     "poll_batch": "0", "spec_draft_cpu_strict": "1", "spec_draft_prio": "0", "spec_draft_poll": "0",
     "spec_draft_cpu_strict_batch": "1", "spec_draft_prio_batch": "0", "spec_draft_poll_batch": "0",
-    "kv_unified_per_slot": "1024",
+    "kv_unified_per_slot": "1024", "ctx_checkpoints": "4", "checkpoint_min_step": "100",
 }
 # Text options that need no file, no address and no mode of their own, with a valid value each.
 TEXT_VALUES: dict[str, str] = {

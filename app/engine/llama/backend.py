@@ -22,12 +22,12 @@ from app.engine.llama.config import LlamaConfig
 from app.engine.llama.control_vectors import apply_control_vectors
 from app.engine.llama.embedder import POOLING_NAMES, LlamaEmbedder
 from app.engine.llama.ggml import gpu_free_bytes, set_up_llama_cpp
+from app.engine.llama.loading import fit_to_memory, load_model
 from app.engine.llama.media import LlamaMedia
-from app.engine.llama.params import NUMA_NUMBERS, capped_slot_context, context_params, model_params, model_shape
+from app.engine.llama.params import NUMA_NUMBERS, capped_slot_context, context_params
 from app.engine.llama.sampler import LlamaSampler, new_sampler
 from app.engine.llama.threadpool import ThreadPools
 from app.engine.llama.vocab import LlamaVocabulary, model_meta
-from app.engine.memory_fit import MIB, FitRequest, fit
 from app.engine.types import (
     SamplingParams,
 )
@@ -50,12 +50,12 @@ class LlamaBackend:
         gpus = gpu_free_bytes() if config.fit.enabled else []  # read before any weights go there
         layers_first = bool(gpus) and config.fit.gpu_layers_auto
         if layers_first:  # the layers are chosen before the weights load: measure the model without them
-            probe = self._load(config, n_gpu_layers, metadata_only=True)
-            n_ctx, n_gpu_layers = self._fit(config, probe, gpus)
+            probe = load_model(config, n_gpu_layers, metadata_only=True)
+            n_ctx, n_gpu_layers = fit_to_memory(config, probe, gpus)
             lc.llama_model_free(probe)
-        self._model = self._load(config, n_gpu_layers)
+        self._model = load_model(config, n_gpu_layers)
         if config.fit.enabled and not layers_first:
-            n_ctx, _ = self._fit(config, self._model, gpus)
+            n_ctx, _ = fit_to_memory(config, self._model, gpus)
         vocab = lc.llama_model_get_vocab(self._model)
         n_ctx_train = int(lc.llama_model_n_ctx_train(self._model))
         shares = 1 if config.kv_unified else config.n_seq  # -kvu: every slot may take the whole context
@@ -153,31 +153,6 @@ class LlamaBackend:
         from app.engine.llama.logits import greedy_token  # numpy: imported by the worker once ready
 
         return greedy_token(self._ctx, batch_index, self.vocab.n_vocab)
-
-    @staticmethod
-    def _load(config: LlamaConfig, n_gpu_layers: int, metadata_only: bool = False) -> Any:
-        params, keep = model_params(config.loading, n_gpu_layers)
-        params.no_alloc = metadata_only
-        model = lc.llama_model_load_from_file(config.model_path.encode(), params)
-        del keep
-        if not model:
-            checked = " (--check-tensors: a tensor may hold invalid values; the log says)" if (
-                config.loading.check_tensors) else ""
-            raise ModelLoadError(f"llama.cpp could not load the model: {config.model_path}{checked}")
-        return model
-
-    @staticmethod
-    def _fit(config: LlamaConfig, model: Any, gpus: list[int]) -> tuple[int, int]:
-        """The context and GPU layers that fit (app/engine/memory_fit.py), the choice logged."""
-        shape = model_shape(model, config.cache_type_k, config.cache_type_v)
-        fitted = fit(shape, gpus, config.fit.host_free_bytes, FitRequest(
-            n_ctx=config.n_ctx, n_gpu_layers=None if config.fit.gpu_layers_auto else config.n_gpu_layers,
-            n_ubatch=min(config.n_ubatch, config.n_batch), n_seq=config.n_seq, min_ctx=config.fit.min_ctx,
-            margin_bytes=config.fit.margin_mib * MIB, kv_offload=config.kv_offload,
-            host_reserved_bytes=config.fit.host_reserved_bytes))
-        for note in fitted.notes:
-            log.warning("--fit: %s (set --ctx-size / --n-gpu-layers, or --fit off)", note)
-        return fitted.n_ctx if config.n_ctx == 0 else config.n_ctx, fitted.n_gpu_layers
 
     def _warm_up(self, vocab: Any) -> None:
         """One throw-away decode, as llama-server does, so the first request does not pay for the
@@ -318,6 +293,31 @@ class LlamaBackend:
             return True
         lc.llama_memory_seq_rm(self._memory, seq, -1, -1)
         return False
+
+    @property
+    def n_swa(self) -> int:
+        return 0 if self._config.swa_full else int(lc.llama_model_n_swa(self._model))
+
+    @property
+    def n_ubatch(self) -> int:
+        return int(lc.llama_n_ubatch(self._ctx))
+
+    def pos_min(self, seq: int) -> int:
+        return int(lc.llama_memory_seq_pos_min(self._memory, seq))
+
+    def pos_max(self, seq: int) -> int:
+        return int(lc.llama_memory_seq_pos_max(self._memory, seq))
+
+    def read_window(self, seq: int) -> SequenceState:
+        size = int(lc.llama_state_seq_get_size_ext(self._ctx, seq, lc.LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY))
+        buffer = (ctypes.c_uint8 * max(1, size))()
+        written = int(lc.llama_state_seq_get_data_ext(self._ctx, buffer, size, seq,
+                                                      lc.LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY))
+        return SequenceState(buffer, written)
+
+    def write_window(self, seq: int, state: SequenceState) -> bool:
+        return int(lc.llama_state_seq_set_data_ext(self._ctx, state.data, state.nbytes, seq,
+                                                   lc.LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY)) > 0
 
     def set_lora(self, scales: tuple[float, ...]) -> None:
         """Scales for the loaded adapters, for the next decodes (a no-op when unchanged)."""
