@@ -3,7 +3,8 @@ llama-cpp-python vendors: bench/llama_server.py) and llama-cpp-python's own serv
 
     .venv/bin/python bench/report.py [--max-tokens 64] [--threads 2] [--rounds 1] [--peer NAME ...]
 
-Prints one table: time to healthy, time to first token, aggregate generated tokens/s at 1, 4, 8,
+Prints one table: time to healthy, time to first token (a short prompt, four in turn, and a cached
+600-token prefix: bench/first_token.py's cases, median of 20), aggregate generated tokens/s at 1, 4, 8,
 16, 32 and 64 concurrent streams, /predict with 8 instances against 8 sequential calls and 8
 concurrent ones (and how many of a 128-instance /predict are answered), requests/s of the light
 requests (/health, /props, /tokenize, /detokenize: no decoding), the health check's p99 latency
@@ -13,12 +14,14 @@ ratios ours/theirs for each peer; then the prompt cache's table (bench/prompt_ca
 first token with --cache-ram off and on) and speculative decoding's (bench/speculative.py: an edit
 task with n-gram drafts off and on, and a self-draft, against llama-server) and CPU contention's
 (bench/cpu_contention.py: decode speed beside a CPU hog, -t cores and cores - 1).
-The servers run one after the other, never together. Not a test: timings on shared machines are noisy.
+The servers are up together and take turns at each row (an idle server's threads sleep), so that the
+machine's drift over the run falls on all alike. Not a test: timings on shared machines are noisy.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import importlib.util
 import json
@@ -52,6 +55,7 @@ QUESTIONS = [
     "How does a rainbow form?", "Describe your ideal weekend.",
 ]
 STREAMS = (1, 4, 8, 16, 32, 64)
+FIRST_TOKEN_RUNS = 20  # streamed chats a first-token row's median is taken over (bench/first_token.py's cases)
 SLOTS, CONTEXT = "64", "65536"  # every server: a slot per stream, 1,024 tokens each
 
 
@@ -261,36 +265,72 @@ def long_prompt_ttft(base: str, tokens: int) -> float:
     return statistics.median(once(seed) for seed in range(3))
 
 
-def measure(server: Running, peer: Peer, max_tokens: int, rounds: int, streams: tuple[int, ...] = STREAMS,
-            long_prompt: int = 0) -> dict[str, float]:
-    ours = peer is OURS
-    base = server.base
-    one_chat(base, "warm up", 8)
-    results = {"time to healthy, s (lower: better)": server.healthy_s}
-    results["time to first token, s (lower: better)"] = statistics.median(
-        stream_chat(base, QUESTIONS[0], 16)[1] for _ in range(3))
-    if long_prompt:
-        results[f"time to first token, {long_prompt}-token prompt, s"] = long_prompt_ttft(base, long_prompt)
-    for n in streams:
-        before = step_host_seconds(base) if ours else (0.0, 0.0)
-        results[f"tok/s, {n} streams (higher: better)"] = best(
-            rounds, lambda n=n: streams_tokens_per_second(base, n, max_tokens), True)  # type: ignore[misc]
-        if ours:  # the engine thread's own time a step (batching, sampling, text, events), at this load
-            steps, seconds = (after - earlier for after, earlier in zip(step_host_seconds(base), before, strict=True))
-            results[f"engine's own ms a step, {n} streams"] = 1000 * seconds / steps if steps else 0.0
-    results["8 sequential calls, s (lower: better)"] = best(
-        rounds, lambda: sequential_seconds(base, max_tokens), False)
-    results["8 concurrent calls, s (lower: better)"] = best(
-        rounds, lambda: concurrent_seconds(base, max_tokens), False)
-    if ours:
-        results["/predict with 8 instances, s"] = best(rounds, lambda: predict_seconds(base, max_tokens), False)
-        results["/predict of 128: predictions answered"] = predict_128_answered(base)
-    port = int(base.rsplit(":", 1)[1])
-    for name, request in peer.light.items():  # raw keep-alive clients, one process each (bench/light_requests.py)
-        results[f"{name}, requests/s (higher: better)"] = best(
-            rounds, functools.partial(light_rps, port, request), True)
-    results["health p99 under 32 streams, ms (lower)"] = health_p99_under_load(base, peer.health, max_tokens)
-    results["peak memory, MiB (lower: better)"] = server.peak_rss / (1 << 20)
+Row = Callable[[Running, Peer], dict[str, float]]
+
+
+def rows(max_tokens: int, rounds: int, streams: tuple[int, ...], long_prompt: int) -> list[Row]:
+    """The table's measurements, each taken on one server at a time (a row's values for that server)."""
+    from bench.first_token import CASES, first_token  # it imports this module's helpers
+
+    def first_tokens(server: Running, peer: Peer) -> dict[str, float]:
+        values = {}
+        for case, label in (("short", "short"), ("cached prefix", "cached")):
+            values[f"time to first token, {label}, ms (lower)"] = statistics.median(
+                first_token(server.base, *CASES[case](i))[0] * 1000 for i in range(FIRST_TOKEN_RUNS))
+        if long_prompt:
+            values[f"time to first token, {long_prompt}-token prompt, s"] = long_prompt_ttft(server.base, long_prompt)
+        return values
+
+    def stream_row(n: int) -> Row:
+        def row(server: Running, peer: Peer) -> dict[str, float]:
+            ours = peer is OURS
+            before = step_host_seconds(server.base) if ours else (0.0, 0.0)
+            values = {f"tok/s, {n} streams (higher: better)": best(
+                rounds, lambda: streams_tokens_per_second(server.base, n, max_tokens), True)}
+            if ours:  # the engine thread's own time a step (batching, sampling, text, events), at this load
+                steps, seconds = (after - earlier for after, earlier in zip(step_host_seconds(server.base), before,
+                                                                             strict=True))
+                values[f"engine's own ms a step, {n} streams"] = 1000 * seconds / steps if steps else 0.0
+            return values
+        return row
+
+    def calls(server: Running, peer: Peer) -> dict[str, float]:
+        base = server.base
+        values = {"8 sequential calls, s (lower: better)": best(rounds, lambda: sequential_seconds(base, max_tokens),
+                                                                False),
+                  "8 concurrent calls, s (lower: better)": best(rounds, lambda: concurrent_seconds(base, max_tokens),
+                                                                False)}
+        if peer is OURS:
+            values["/predict with 8 instances, s"] = best(rounds, lambda: predict_seconds(base, max_tokens), False)
+            values["/predict of 128: predictions answered"] = predict_128_answered(base)
+        return values
+
+    def light(server: Running, peer: Peer) -> dict[str, float]:
+        port = int(server.base.rsplit(":", 1)[1])
+        return {f"{name}, requests/s (higher: better)": best(rounds, functools.partial(light_rps, port, request), True)
+                for name, request in peer.light.items()}  # raw keep-alive clients (bench/light_requests.py)
+
+    def health(server: Running, peer: Peer) -> dict[str, float]:
+        return {"health p99 under 32 streams, ms (lower)": health_p99_under_load(server.base, peer.health,
+                                                                                 max_tokens)}
+
+    return [first_tokens, *(stream_row(n) for n in streams), calls, light, health]
+
+
+def measure(servers: dict[str, tuple[Running, Peer]], table: list[Row]) -> dict[str, dict[str, float]]:
+    """Each row on every server, the servers taking turns (the first of a turn alternating), so that the
+    machine's drift over the run falls on all alike; an idle server's threads sleep meanwhile."""
+    names = list(servers)
+    results: dict[str, dict[str, float]] = {}
+    for name, (server, _) in servers.items():
+        one_chat(server.base, "warm up", 8)
+        results[name] = {"time to healthy, s (lower: better)": server.healthy_s}
+    for index, row in enumerate(table):
+        for name in names[index % len(names):] + names[:index % len(names)]:
+            server, peer = servers[name]
+            results[name].update(row(server, peer))
+    for name, (server, _) in servers.items():
+        results[name]["peak memory, MiB (lower: better)"] = server.peak_rss / (1 << 20)
     return results
 
 
@@ -332,17 +372,20 @@ def main() -> None:
     streams = tuple(int(n) for n in args.streams.split(","))
     extra = ("-ngl", args.gpu_layers) if args.gpu_layers else ()
 
-    port = free_port()
-    ours_cmd = [sys.executable, "-m", "app", "--model", model, "--port", str(port), "-np", SLOTS, "-c", args.ctx_size,
-                "-t", str(args.threads), *extra]
-    with running(ours_cmd, port, "/health", {"AIP_MODE": "PREDICTION", "AIP_HTTP_PORT": str(port)}) as server:
-        ours = measure(server, OURS, args.max_tokens, args.rounds, streams, args.long_prompt)
-    theirs: dict[str, dict[str, float]] = {}
-    for name in peers:  # one server at a time, never two together
+    with contextlib.ExitStack() as stack:  # started one after another (each time to healthy alone), then all up
         port = free_port()
-        command, cwd = peer_command(name, model, port, args.threads, args.llama_server_bin, extra, args.ctx_size)
-        with running(command, port, PEERS[name].health, {}, cwd=cwd) as server:
-            theirs[name] = measure(server, PEERS[name], args.max_tokens, args.rounds, streams, args.long_prompt)
+        ours_cmd = [sys.executable, "-m", "app", "--model", model, "--port", str(port), "-np", SLOTS, "-c",
+                    args.ctx_size, "-t", str(args.threads), *extra]
+        servers = {"vertex-llama": (stack.enter_context(running(
+            ours_cmd, port, "/health", {"AIP_MODE": "PREDICTION", "AIP_HTTP_PORT": str(port)})), OURS)}
+        for name in peers:
+            port = free_port()
+            command, cwd = peer_command(name, model, port, args.threads, args.llama_server_bin, extra, args.ctx_size)
+            servers[name] = (stack.enter_context(running(command, port, PEERS[name].health, {}, cwd=cwd)),
+                             PEERS[name])
+        measured = measure(servers, rows(args.max_tokens, args.rounds, streams, args.long_prompt))
+    ours = measured.pop("vertex-llama")
+    theirs = measured
 
     print(f"model {Path(model).name}; {args.max_tokens} tokens a request; {args.threads} threads; "
           f"{os.cpu_count()} cores; {platform.machine()}; best of {args.rounds}")
