@@ -84,10 +84,6 @@ class SlotCheckpoints:
     def clear(self) -> None:
         self.items = []
 
-    @property
-    def size_bytes(self) -> int:
-        return sum(item.state.nbytes for item in self.items)
-
 
 class WindowKeeper:
     """What a scheduler does with checkpoints, for a backend with a sliding window (``n_swa`` > 0; with none,
