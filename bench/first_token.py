@@ -37,7 +37,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from app.model_sources.files import embedded_model_path  # noqa: E402
-from bench.report import free_port, peer_command, running  # noqa: E402
+from bench.report import free_port, in_turns, peer_command, running  # noqa: E402
 
 SHORT = ["What is the capital of France?", "Name three colours.", "Why is the sky blue?", "Say hello."]
 SYSTEM = ("You are a careful assistant for a travel company. " * 60).strip()
@@ -86,7 +86,7 @@ def measure(bases: dict[str, str], runs: int) -> dict[str, dict[str, tuple[list[
         for name in names:
             results[name][case_name] = ([], [])
         for i in range(runs):
-            for name in names[i % 2:] + names[:i % 2]:
+            for name in in_turns(names, i):
                 seconds, prompt_ms = first_token(bases[name], *case(i))
                 results[name][case_name][0].append(seconds * 1000)
                 results[name][case_name][1].append(prompt_ms)

@@ -33,6 +33,7 @@ from bench.report import (  # noqa: E402
     QUESTIONS,
     content_chunk_times,
     free_port,
+    in_turns,
     peer_command,
     running,
 )
@@ -95,11 +96,11 @@ def measure(bases: dict[str, str], lengths: list[int], runs: int) -> dict[str, d
     for n, tokens in enumerate(lengths):
         alone: dict[str, list[float]] = {name: [] for name in names}
         for run in range(runs):
-            for name in names[run % 2:] + names[:run % 2]:
+            for name in in_turns(names, run):
                 alone[name].append(chat(bases[name], long_text(tokens, 100 * n + run), 1))
         for name in names:
             rows[name][f"{tokens} alone, first token s"] = statistics.median(alone[name])
-        for name in names[n % 2:] + names[:n % 2]:
+        for name in in_turns(names, n):
             ttft, stall, gap = beside(bases[name], tokens, 100 * n + 99)
             rows[name][f"{tokens} beside 8 streams, first token s"] = ttft
             rows[name][f"{tokens} beside 8 streams, streams' longest gap s"] = stall

@@ -317,6 +317,13 @@ def rows(max_tokens: int, rounds: int, streams: tuple[int, ...], long_prompt: in
     return [first_tokens, *(stream_row(n) for n in streams), calls, light, health]
 
 
+def in_turns(names: list[str], turn: int) -> list[str]:
+    """The servers' order at turn ``turn``: each goes first in its turn, so that none always measures right
+    after another's load (every benchmark that compares servers up together takes them this way)."""
+    first = turn % len(names)
+    return names[first:] + names[:first]
+
+
 def measure(servers: dict[str, tuple[Running, Peer]], table: list[Row]) -> dict[str, dict[str, float]]:
     """Each row on every server, the servers taking turns (the first of a turn alternating), so that the
     machine's drift over the run falls on all alike; an idle server's threads sleep meanwhile."""
@@ -326,7 +333,7 @@ def measure(servers: dict[str, tuple[Running, Peer]], table: list[Row]) -> dict[
         one_chat(server.base, "warm up", 8)
         results[name] = {"time to healthy, s (lower: better)": server.healthy_s}
     for index, row in enumerate(table):
-        for name in names[index % len(names):] + names[:index % len(names)]:
+        for name in in_turns(names, index):
             server, peer = servers[name]
             results[name].update(row(server, peer))
     for name, (server, _) in servers.items():

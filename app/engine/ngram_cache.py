@@ -181,13 +181,15 @@ class NgramCache:
 
     def draft(self, seq: int, history: Sequence[int], last: int, limit: int) -> list[int]:
         state = self.slots.setdefault(seq, _SlotCache())
-        tokens = [*history, last]
-        if state.size > len(tokens):  # a new job in this slot
+        size = len(history) + 1  # the history and the token just sampled
+        if state.size > size:  # a new job in this slot
             self.slots[seq] = state = _SlotCache()
-        if state.size < len(tokens):
-            update(state.context, tokens, len(tokens) - state.size)
-            state.size = len(tokens)
-        return draft(tokens, min(self.n_draft, limit), state.context, self.dynamic, self.static)
+        if state.size < size:  # the new tokens, with the n-grams before them (not the whole history each step)
+            start = max(0, state.size - NGRAM_MAX)
+            update(state.context, [*history[start:], last], size - state.size)
+            state.size = size
+        return draft([*history[-NGRAM_MAX:], last], min(self.n_draft, limit), state.context, self.dynamic,
+                     self.static)
 
     def accepted(self, seq: int, accepted: int) -> None:
         """Nothing to learn from it (llama.cpp's ngram-cache neither)."""

@@ -80,6 +80,8 @@ class LlamaBackend:
         self.n_ctx_seq = capped_slot_context(int(lc.llama_n_ctx_seq(self._ctx)), config.slot_ctx_cap)
         self.kv_unified = config.kv_unified
         self.n_batch = int(lc.llama_n_batch(self._ctx))  # llama.cpp may lower it: read it back
+        self.n_ubatch = int(lc.llama_n_ubatch(self._ctx))
+        self.n_swa = 0 if config.swa_full else int(lc.llama_model_n_swa(self._model))  # 0: every cell kept
         self._batch = lc.llama_batch_init(self.n_batch, 0, 1)
         self._config = config
         self.draft: LlamaBackend | None = None
@@ -294,14 +296,6 @@ class LlamaBackend:
         lc.llama_memory_seq_rm(self._memory, seq, -1, -1)
         return False
 
-    @property
-    def n_swa(self) -> int:
-        return 0 if self._config.swa_full else int(lc.llama_model_n_swa(self._model))
-
-    @property
-    def n_ubatch(self) -> int:
-        return int(lc.llama_n_ubatch(self._ctx))
-
     def pos_min(self, seq: int) -> int:
         return int(lc.llama_memory_seq_pos_min(self._memory, seq))
 
@@ -309,15 +303,10 @@ class LlamaBackend:
         return int(lc.llama_memory_seq_pos_max(self._memory, seq))
 
     def read_window(self, seq: int) -> SequenceState:
-        size = int(lc.llama_state_seq_get_size_ext(self._ctx, seq, lc.LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY))
-        buffer = (ctypes.c_uint8 * max(1, size))()
-        written = int(lc.llama_state_seq_get_data_ext(self._ctx, buffer, size, seq,
-                                                      lc.LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY))
-        return SequenceState(buffer, written)
+        return self._read_state(seq, lc.LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY)
 
     def write_window(self, seq: int, state: SequenceState) -> bool:
-        return int(lc.llama_state_seq_set_data_ext(self._ctx, state.data, state.nbytes, seq,
-                                                   lc.LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY)) > 0
+        return self._write_state(seq, state, lc.LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY)
 
     def set_lora(self, scales: tuple[float, ...]) -> None:
         """Scales for the loaded adapters, for the next decodes (a no-op when unchanged)."""
@@ -331,18 +320,24 @@ class LlamaBackend:
         self._lora = scales
 
     def read_sequence(self, seq: int) -> SequenceState:
-        size = int(lc.llama_state_seq_get_size(self._ctx, seq))
-        buffer = (ctypes.c_uint8 * max(1, size))()
-        written = int(lc.llama_state_seq_get_data(self._ctx, buffer, size, seq))
-        return SequenceState(buffer, written)
+        return self._read_state(seq, lc.LLAMA_STATE_SEQ_FLAGS_NONE)
 
     def write_sequence(self, seq: int, state: SequenceState) -> bool:
         lc.llama_memory_seq_rm(self._memory, seq, -1, -1)
-        read = int(lc.llama_state_seq_set_data(self._ctx, state.data, state.nbytes, seq))
-        if read != state.nbytes:
+        if not self._write_state(seq, state, lc.LLAMA_STATE_SEQ_FLAGS_NONE):
             lc.llama_memory_seq_rm(self._memory, seq, -1, -1)
             return False
         return True
+
+    def _read_state(self, seq: int, flags: int) -> SequenceState:
+        """``seq``'s state (whole, or its partial part: the window cells), copied to host memory."""
+        size = int(lc.llama_state_seq_get_size_ext(self._ctx, seq, flags))
+        buffer = (ctypes.c_uint8 * max(1, size))()
+        return SequenceState(buffer, int(lc.llama_state_seq_get_data_ext(self._ctx, buffer, size, seq, flags)))
+
+    def _write_state(self, seq: int, state: SequenceState, flags: int) -> bool:
+        """Whether all of a state ``_read_state`` gave was taken back into ``seq``."""
+        return int(lc.llama_state_seq_set_data_ext(self._ctx, state.data, state.nbytes, seq, flags)) == state.nbytes
 
     def save_sequence(self, seq: int, path: str, tokens: Sequence[int]) -> int:
         array = (lc.llama_token * max(1, len(tokens)))(*tokens)

@@ -47,7 +47,7 @@ def _add(chain: Any, sampler: Any) -> None:
 
 
 def new_sampler(params: SamplingParams, ctx: Any, vocab: LlamaVocabulary, n_ctx_seq: int,
-                perf: bool = False) -> LlamaSampler:
+                perf: bool) -> LlamaSampler:
     """A sampler chain in llama-server's order for one sequence of ``ctx`` (``perf``: with its timings)."""
     chain_params = lc.llama_sampler_chain_default_params()
     chain_params.no_perf = not perf

@@ -37,8 +37,8 @@ class ThreadPoolParams(ctypes.Structure):
                 ("poll", ctypes.c_uint32), ("strict_cpu", ctypes.c_bool), ("paused", ctypes.c_bool)]
 
 
-def pool_params(n_threads: int, placement: ThreadPlacement, paused: bool = False) -> ThreadPoolParams:
-    """The pool's parameters: an all-zero mask leaves the threads where the process may run."""
+def pool_params(n_threads: int, placement: ThreadPlacement) -> ThreadPoolParams:
+    """The pool's parameters (not paused): an all-zero mask leaves the threads where the process may run."""
     params = ThreadPoolParams()
     for cpu in placement.cpus:
         params.cpumask[cpu] = True
@@ -46,7 +46,6 @@ def pool_params(n_threads: int, placement: ThreadPlacement, paused: bool = False
     params.prio = placement.prio
     params.poll = placement.poll
     params.strict_cpu = placement.strict
-    params.paused = paused
     return params
 
 
