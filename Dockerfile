@@ -82,8 +82,13 @@ RUN pip install --no-cache-dir --no-deps /wheels/llama_cpp_python-*.whl \
 FROM ${BASE_IMAGE}
 ARG VARIANT
 LABEL vertex-llama.variant="${VARIANT}"
+# VIDEO=true adds Debian's ffmpeg (about 470 MB with what it needs) for videos in prompts; without it a
+# video is refused with a 400 that says so.
+ARG VIDEO=false
+LABEL vertex-llama.video="${VIDEO}"
 RUN apt-get update \
     && apt-get install -y --no-install-recommends python3.11 libgomp1 ca-certificates \
+    && if [ "$VIDEO" = true ]; then apt-get install -y --no-install-recommends ffmpeg; fi \
     && rm -rf /var/lib/apt/lists/*
 COPY --from=build /opt/venv /opt/venv
 # Vertex AI mounts the host's NVIDIA driver under /usr/local/nvidia; the CUDA image's runtime

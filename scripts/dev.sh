@@ -112,6 +112,20 @@ ensure_chromium() {
   log "could not install chromium: install it (apt-get install chromium) or set CHROMIUM, or the web UI tests fail"
 }
 
+# Video in prompts is decoded by ffmpeg and ffprobe (libmtmd's video helper); its tests run the real ones.
+ensure_ffmpeg() {
+  if command -v ffmpeg >/dev/null 2>&1 && command -v ffprobe >/dev/null 2>&1; then
+    return
+  fi
+  local sudo=""
+  [ "$(id -u)" = 0 ] || sudo="sudo -n"
+  if command -v apt-get >/dev/null 2>&1; then
+    log "installing ffmpeg (for the video tests)"
+    $sudo apt-get update -qq && $sudo apt-get install -y -qq --no-install-recommends ffmpeg >/dev/null && return
+  fi
+  log "could not install ffmpeg: install it (apt-get install ffmpeg), or the video tests fail"
+}
+
 # Agent mode's runtimes are tested with real isolates: a podman container (podman, runc, and busybox-static
 # for the image the tests build), an sshd on 127.0.0.1 (openssh-server), and git (gitignore-aware listings).
 ensure_agent_isolates() {
@@ -151,6 +165,7 @@ case "$cmd" in
     install_all
     ensure_qemu
     ensure_chromium
+    ensure_ffmpeg
     ensure_agent_isolates
     cd "$ROOT"
     log "ruff"

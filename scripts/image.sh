@@ -134,7 +134,7 @@ input_hash() {
   local variant=$1 base=$2
   (
     cd "$ROOT"
-    printf '%s\n' "$variant" "$base" "${CUDA_ARCHITECTURES:-}"
+    printf '%s\n' "$variant" "$base" "${CUDA_ARCHITECTURES:-}" "${VIDEO:-false}"
     find Dockerfile .dockerignore pyproject.toml README.md app gcp scripts/cuda_toolkit.sh docker -type f ! -name '*.pyc' \
       ! -name '*.so' ! -path '*/__pycache__/*' -print0 | sort -z | xargs -0 sha256sum
   ) | sha256sum | cut -c1-16
@@ -154,6 +154,7 @@ build() {
   local args=(--build-arg "VARIANT=$variant" --label "vertex-llama.inputs=$hash" --tag "$name")
   [ "$base" = "$BASE_IMAGE" ] || args+=(--build-arg "BASE_IMAGE=$base")
   [ -z "${CUDA_ARCHITECTURES:-}" ] || args+=(--build-arg "CUDA_ARCHITECTURES=$CUDA_ARCHITECTURES")
+  [ -z "${VIDEO:-}" ] || args+=(--build-arg "VIDEO=$VIDEO")
   if [ "$tool" != docker ] && [ -f "$CA_BUNDLE" ]; then
     # beside the build's own bundle, which its ca-certificates package writes
     args+=(--volume "$CA_BUNDLE:/etc/build-ca.crt:ro" --build-arg PIP_CERT=/etc/build-ca.crt)

@@ -187,7 +187,7 @@ class FakeBackend:
     def top_token(self, batch_index: int) -> tuple[int, float]:
         return self.next_token(batch_index, SamplingParams()), self.confidence
 
-    def new_sampler(self, params: SamplingParams) -> FakeSampler:
+    def new_sampler(self, params: SamplingParams, seq: int | None = None) -> FakeSampler:
         if params.grammar and "root ::=" not in params.grammar:  # as llama.cpp's parser refuses it
             raise InvalidJobError("Failed to initialize samplers: no root rule")
         return FakeSampler(self, params)

@@ -63,10 +63,11 @@ class ChatSettings:
     media_max_bytes: int = option(("--media-max-bytes",), "int", 20 * 1024 * 1024,
         "largest media item a request may give or a URL may return", env="LLAMA_ARG_MEDIA_MAX_BYTES", minimum=1)
     media_max_pixels: int = option(("--media-max-pixels",), "int", 50_000_000,
-        "the most pixels an image may declare (width x height, read from its header before it is decoded; "
-        "0: no limit)", env="LLAMA_ARG_MEDIA_MAX_PIXELS", minimum=0)
+        "the most pixels an image may declare (width x height, read from its header before it is decoded), "
+        "and a video's frames together (at --video-fps, measured by ffprobe before they are decoded); 0: no "
+        "limit", env="LLAMA_ARG_MEDIA_MAX_PIXELS", minimum=0)
     media_max_seconds: float = option(("--media-max-seconds",), "float", 600.0,
-        "the longest audio item, in seconds (read from its header before it is decoded; 0: no limit)",
+        "the longest audio or video item, in seconds (read from its header before it is decoded; 0: no limit)",
         env="LLAMA_ARG_MEDIA_MAX_SECONDS", minimum=0)
     media_marker: str | None = option(("--media-marker",), "str", None,
         "the text that stands for a media item in prompts and prompt_string (default: random per start, as "

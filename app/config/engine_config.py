@@ -9,7 +9,7 @@ import secrets
 from dataclasses import replace
 
 from app.config.settings import Settings
-from app.engine.llama.config import FitConfig, LlamaConfig, LoadConfig, RopeConfig, ThreadPlacement
+from app.engine.llama.config import FitConfig, LlamaConfig, LoadConfig, RopeConfig, ThreadPlacement, VideoConfig
 from app.engine.options import EngineOptions
 from app.host.cpu_placement import thread_priority_allowed
 from app.host.memory import available_memory_bytes
@@ -90,6 +90,9 @@ def llama_config(settings: Settings, model_path: str, mmproj_path: str | None = 
         image_max_tokens=settings.image_max_tokens,
         mtmd_batch_max_tokens=settings.mtmd_batch_max_tokens,
         media_marker=settings.media_marker or f"<__media_{secrets.token_hex(8)}__>",
+        video=VideoConfig(fps=settings.video_fps, timestamp_interval_ms=settings.video_timestamp_interval,
+                          ffmpeg_dir=settings.video_ffmpeg_dir, max_pixels=settings.media_max_pixels,
+                          max_seconds=settings.media_max_seconds),
         cache_type_k=settings.cache_type_k,
         cache_type_v=settings.cache_type_v,
         rope=RopeConfig(scaling=settings.rope_scaling or "unspecified", freq_base=settings.rope_freq_base or 0.0,

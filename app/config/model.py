@@ -15,6 +15,7 @@ from app.engine.types import (
     UNQUANTIZED_KV,
     KvOverride,
 )
+from app.model_sources.docker import DockerModelError, DockerRef
 from app.model_sources.hub import HubError, split_repo_tag
 
 
@@ -39,8 +40,15 @@ class ModelSettings:
         metavar="FILE")
     hf_token: str | None = option(("-hft", "--hf-token"), "str", None,
         "Hugging Face access token (gated or private repositories)", env="HF_TOKEN", metavar="TOKEN", secret=True)
+    docker_repo: str | None = option(("-dr", "--docker-repo"), "str", None,
+        "a model image from Docker Hub (or --docker-registry), [REPO/]MODEL[:TAG] (REPO default ai, TAG latest): "
+        "its GGUF layer, downloaded into --model-cache-dir and checked against its digest",
+        env="LLAMA_ARG_DOCKER_REPO", metavar="[REPO/]MODEL[:TAG]")
+    docker_registry: str = option(("--docker-registry",), "str", "https://registry-1.docker.io",
+        "the OCI registry --docker-repo models come from (its token service is found from its 401s)",
+        env="LLAMA_ARG_DOCKER_REGISTRY", metavar="URL")
     offline: bool = option(("--offline",), "bool", False,
-        "download nothing: --hf-repo models come from the cache", env="LLAMA_ARG_OFFLINE")
+        "download nothing: --hf-repo and --docker-repo models come from the cache", env="LLAMA_ARG_OFFLINE")
     alias: str | None = option(("-a", "--alias"), "str", None,
         "comma-separated served model name(s); the id is the alphabetically first",
         env="LLAMA_ARG_ALIAS", metavar="NAME")
@@ -178,6 +186,15 @@ class ModelSettings:
     mtmd_batch_max_tokens: int = option(("--mtmd-batch-max-tokens",), "int", 1024,
         "most image tokens libmtmd encodes in one batch", env="LLAMA_ARG_MTMD_BATCH_MAX_TOKENS", minimum=1,
         metavar="N")
+    video_fps: float = option(("--video-fps",), "float", 4.0,
+        "frames a second taken from a video in a prompt (each frame is an image to the projector; 0: the "
+        "video's own rate, as is any value below 0)", env="LLAMA_ARG_VIDEO_FPS", metavar="N")
+    video_timestamp_interval: int = option(("--video-timestamp-interval",), "int", 5000,
+        "milliseconds between the text timestamps put among a video's frames (0 or below: none)",
+        env="LLAMA_ARG_VIDEO_TIMESTAMP_INTERVAL", metavar="N")
+    video_ffmpeg_dir: str | None = option(("--video-ffmpeg-dir",), "str", None,
+        "the directory holding ffmpeg and ffprobe, which decode videos (default: found on PATH; without them "
+        "videos are refused)", env="LLAMA_ARG_VIDEO_FFMPEG_DIR", metavar="DIR")
 
     @property
     def gpu_layers(self) -> int:
@@ -261,9 +278,16 @@ class ModelSettings:
                                 "(-fa on or auto)")
         if self.fit.strip().lower() not in TRUE | FALSE:
             raise SettingsError(f"--fit: invalid value {self.fit!r} (expected on or off)")
+        sources = [name for name, value in (("--model", self.model), ("--hf-repo", self.hf_repo),
+                                             ("--docker-repo", self.docker_repo)) if value is not None]
+        if len(sources) > 1:
+            raise SettingsError(f"{' and '.join(sources)}: give one")
+        if self.docker_repo is not None:
+            try:
+                DockerRef.parse(self.docker_repo)  # the form's one owner
+            except DockerModelError as exc:
+                raise SettingsError(str(exc)) from None
         if self.hf_repo is not None:
-            if self.model is not None:
-                raise SettingsError("--model and --hf-repo: give one")
             try:
                 split_repo_tag(self.hf_repo)  # the form's one owner
             except HubError as exc:

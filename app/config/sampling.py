@@ -72,6 +72,10 @@ class SamplingSettings:
         maximum=1.0, metavar="N")
     adaptive_decay: float = option(("--adaptive-decay",), "float", _SAMPLING.adaptive_decay,
         "adaptive-p's decay: lower adapts faster, 0.0 to 0.99", minimum=0.0, maximum=0.99, metavar="N")
+    backend_sampling: bool = option(("-bs", "--backend-sampling"), "bool", _SAMPLING.backend_sampling,
+        "by default, run the sampler chain in the model's graph on its device (a request's backend_sampling "
+        "wins; not with a grammar, a reasoning budget or n_probs, which sample on the CPU)",
+        env="LLAMA_ARG_BACKEND_SAMPLING")
     ignore_eos: bool = option(("--ignore-eos",), "bool", _SAMPLING.ignore_eos,
         "by default, generate past end-of-generation tokens (until the token limit)")
     samplers: str | None = option(("--samplers",), "str", None,
@@ -109,6 +113,7 @@ class SamplingSettings:
                        dynatemp_exponent=self.dynatemp_exponent, mirostat=int(self.mirostat),
                        mirostat_eta=self.mirostat_eta, mirostat_tau=self.mirostat_tau, ignore_eos=self.ignore_eos,
                        adaptive_target=self.adaptive_target, adaptive_decay=self.adaptive_decay,
+                       backend_sampling=self.backend_sampling,
                        samplers=self.sampler_order or _SAMPLING.samplers, logit_bias=self.default_logit_bias,
                        dry_sequence_breakers=self.dry_breakers)
 

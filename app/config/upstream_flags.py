@@ -59,21 +59,13 @@ def _refuse(reason: str) -> Treatment:
 ONE_DEVICE = _warn("remote (RPC) devices are not used here: the model is placed on this machine's devices "
                    "(--device, -ngl, -sm, -ts, -mg, --override-tensor)")
 RESULTS = "not implemented here, and ignoring it would change the model's output"
-NO_HUB = _refuse("no model downloads from Docker Hub here: give a path, a gs:// URI or a URL (--model-url), or "
-                 "--hf-repo")
 
 TREATMENTS: dict[str, Treatment] = {
     # context, KV cache and RoPE: the numbers the model computes
     "--escape": _warn("escapes apply to the command line's --prompt (llama-cli's); llama-server ignores it too"),
-    "--backend-sampling": _warn("sampling runs on the CPU here, with the same result"),
     # memory, placement and loading: speed and memory only
     "--defrag-thold": _warn("deprecated in llama.cpp; it has no effect there either"),
     "--rpc": ONE_DEVICE,
-    # the HTTP server
-    "--video-ffmpeg-dir": _warn("video is not taken here"), "--video-fps": _warn("video is not taken here"),
-    "--video-timestamp-interval": _warn("video is not taken here"),
-    # programs and modes that are not this server
-    "--docker-repo": NO_HUB,
 }
 
 

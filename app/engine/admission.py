@@ -107,9 +107,11 @@ class Admission:
         share, slot = max(shares, key=lambda pair: (pair[0], -pair[1].last_used))
         return slot if share > threshold else None
 
-    def _sampler_for(self, job: Job) -> object:
+    def _sampler_for(self, job: Job, slot: Slot) -> object:
+        """The job's sampler chain, in the slot's sequence of the model's graph where the job offloads it."""
         return self.backend.new_sampler(banning_end_of_generation(job.request.sampling,
-                                                                  self.backend.vocab.eog_tokens()))
+                                                                  self.backend.vocab.eog_tokens()),
+                                        slot.id if job.request.offloads_sampling else None)
 
     def _synthetic_rng(self, request: GenerationRequest) -> random.Random | None:
         """The job's generator for synthetic acceptance, seeded with its seed as in llama-server; None when that
@@ -149,7 +151,7 @@ class Admission:
         keep = self.windows.held_prefix(slot, keep)
         if not self.backend.forget(slot.id, slot.position(keep)):
             keep = 0
-        slot.start(job, self._sampler_for(job), keep)  # type: ignore[arg-type]
+        slot.start(job, self._sampler_for(job, slot), keep)  # type: ignore[arg-type]
         self.windows.plan(slot, len(request.prompt), keep)
         slot.synthetic_rng = self._synthetic_rng(request)
         self.stats.on_prompt_start(keep, restored)
@@ -205,7 +207,7 @@ class Admission:
         return keep, restored
 
     def _follow(self, slot: Slot, job: Job, leader: Slot) -> None:
-        slot.start(job, self._sampler_for(job), 0)  # type: ignore[arg-type]
+        slot.start(job, self._sampler_for(job, slot), 0)  # type: ignore[arg-type]
         slot.state = SlotState.FOLLOW
         slot.pending = []
         slot.leader = leader

@@ -82,12 +82,16 @@ class Media(Protocol):
     def audio(self) -> bool: ...
 
     @property
+    def video(self) -> bool:
+        """Whether videos are taken (frames to a vision projector, decoded by ffmpeg)."""
+
+    @property
     def marker(self) -> str:
         """The text that stands for one media item in a prompt."""
 
     def tokenize(self, text: str, media: Sequence[bytes], add_special: bool, parse_special: bool
                  ) -> tuple[list[int], list[MediaChunk]]:
-        """``text`` holds one ``marker`` per item of ``media`` (image or audio file bytes, in order):
+        """``text`` holds one ``marker`` per item of ``media`` (image, audio or video file bytes, in order):
         the prompt (placeholder ids for media rows) and its media chunks. Raises ``MediaError``."""
 
     def whole(self, chunk: MediaChunk) -> bool:
@@ -179,7 +183,9 @@ class Backend(Protocol):
         ``DecodeError``. The batch holds at most ``n_batch`` tokens and rows; a batch entry's logits
         are at the index of its (last) row."""
 
-    def new_sampler(self, params: SamplingParams) -> Sampler: ...
+    def new_sampler(self, params: SamplingParams, seq: int | None = None) -> Sampler:
+        """A sampler chain; with ``seq``, run in the model's graph for that sequence (backend sampling)
+        until it is freed, where the backend can, else on the CPU as without it."""
 
     def top_token(self, batch_index: int) -> tuple[int, float]:
         """The most likely next token at batch entry ``batch_index`` of the last decode, and its

@@ -45,6 +45,7 @@ class ModelFacts:
     n_ctx_seq: int
     vision: bool = False  # what the multimodal projector takes
     audio: bool = False
+    video: bool = False
     media_marker: str | None = None  # the text that stands for a media item; None: text only
     speculative: bool = False  # the slots' jobs decode speculatively
 
@@ -96,6 +97,7 @@ class EngineThread:
         media = backend.media
         self._facts = ModelFacts(backend.info, backend.n_seq, backend.n_ctx_seq,
                                  vision=media is not None and media.vision, audio=media is not None and media.audio,
+                                 video=media is not None and media.video,
                                  media_marker=media.marker if media is not None else None,
                                  speculative=scheduler.speculator is not None)
         self._slots = scheduler.slots

@@ -86,6 +86,7 @@ class SamplingParams:
     grammar: str = ""
     n_probs: int = 0
     post_sampling_probs: bool = False
+    backend_sampling: bool = False  # the chain runs in the model's graph, on its device (-bs; see offloads_sampling)
 
 
 def banning_end_of_generation(sampling: SamplingParams, eog_tokens: tuple[int, ...]) -> SamplingParams:
@@ -170,6 +171,15 @@ class GenerationRequest:
     reasoning: ReasoningBudget | None = None  # a budget on the thinking, or its end on request
     completion_id: str = ""  # the id a control request names (POST /v1/chat/completions/control)
     speculative: SpeculativeParams = field(default_factory=SpeculativeParams)
+
+    @property
+    def offloads_sampling(self) -> bool:
+        """Whether the job's sampler chain runs in the model's graph (``backend_sampling``), as llama-server
+        decides: never with a grammar or a reasoning budget (llama.cpp's common sampler turns it off for
+        both), and here never with ``n_probs`` (the probabilities are read from the logits row)."""
+        sampling = self.sampling
+        return (sampling.backend_sampling and not sampling.grammar and self.reasoning is None
+                and sampling.n_probs == 0)
 
     def text_tokens(self) -> list[int]:
         """The prompt without its media rows."""

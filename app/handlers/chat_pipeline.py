@@ -33,7 +33,8 @@ from app.protocol.errors import InvalidRequestError
 
 
 def _part_media(ctx: ServerContext, part: ContentPart, field: str) -> MediaItem | None:
-    """The media item of an ``image_url`` or ``input_audio`` part (None for text parts)."""
+    """The media item of an ``image_url``, ``input_audio``, ``input_video`` or ``video_url`` part (None for
+    text parts)."""
     extra = part.model_extra or {}
     source = extra.get(SOURCE_FIELD)  # a part converted from another dialect names its own field
     if part.type == "image_url":
@@ -48,9 +49,16 @@ def _part_media(ctx: ServerContext, part: ContentPart, field: str) -> MediaItem 
         if not isinstance(data, str):
             raise InvalidRequestError(f"Field '{field}.input_audio.data': required (base64 WAV or MP3)")
         return MediaItem.of(decode_base64(ctx, data, f"{field}.input_audio.data"), f"{field}.input_audio.data")
+    if part.type in ("input_video", "video_url"):  # llama-server's, video_url as vLLM's name for it
+        video = extra.get(part.type)
+        key = next((name for name in ("data", "url") if isinstance(video, dict) and name in video), "url")
+        url = video.get(key) if isinstance(video, dict) else video
+        if not isinstance(url, str):
+            raise InvalidRequestError(f"Field '{field}.{part.type}.url': required (a data: URI or a URL)")
+        return media_from_url(ctx, url, f"{field}.{part.type}.{key}")
     if part.type not in ("text", "input_text", "output_text"):
         raise InvalidRequestError(f"Field '{field}': content part type {part.type!r} is not supported (text, "
-                                  "image_url and input_audio are)")
+                                  "image_url, input_audio, input_video and video_url are)")
     return None
 
 

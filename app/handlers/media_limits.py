@@ -1,5 +1,5 @@
 """What a media item becomes once decoded, read from its header before anything decodes it: an image's
-pixels (a 60 KB PNG can declare 50,000 x 50,000 of them) and an audio file's duration. Items over
+pixels (a 60 KB PNG can declare 50,000 x 50,000 of them) and an audio (or MP4 video) file's duration. Items over
 ``--media-max-pixels`` or ``--media-max-seconds`` are refused with a 400 naming the field; the projector
 (libmtmd) then decodes only what is within them. Pillow reads image headers, mutagen audio headers."""
 
@@ -53,5 +53,5 @@ def check_decoded_size(data: bytes, field: str, limits: DecodedLimits) -> None:
         return
     seconds = audio_seconds(data)
     if seconds is not None and limits.max_seconds and seconds > limits.max_seconds:
-        raise InvalidRequestError(f"Field '{field}': the audio lasts {seconds:,.0f} s, over --media-max-seconds "
+        raise InvalidRequestError(f"Field '{field}': the recording lasts {seconds:,.0f} s, over --media-max-seconds "
                                   f"({limits.max_seconds:g})")

@@ -51,7 +51,7 @@ def get_props(ctx: ServerContext, request: ApiRequest) -> ApiReply:
         "model_alias": ctx.model_name,
         "model_path": ctx.model_path,
         "model_ftype": info.ftype,
-        "modalities": {"vision": facts.vision, "video": False, "audio": facts.audio},
+        "modalities": {"vision": facts.vision, "video": facts.video, "audio": facts.audio},
         "media_marker": facts.media_marker,
         "endpoint_slots": settings.slots,
         "endpoint_props": settings.props,

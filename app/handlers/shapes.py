@@ -85,7 +85,7 @@ SLOT_METRICS_FIELDS = (
     "frequency_penalty", "dry_multiplier", "dry_base", "dry_allowed_length", "dry_penalty_last_n", "mirostat",
     "mirostat_tau", "mirostat_eta", "adaptive_target", "adaptive_decay",
     "max_tokens", "n_predict", "n_keep", "n_discard", "ignore_eos", "stream",
-    "n_probs", "min_keep", "samplers", "timings_per_token", "post_sampling_probs", "lora",
+    "n_probs", "min_keep", "samplers", "timings_per_token", "post_sampling_probs", "backend_sampling", "lora",
 )
 
 

@@ -52,9 +52,11 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def fetch_url(url: str, cache_dir: Path, session: requests.Session | None = None) -> Path:
-    """The local copy of ``url`` (downloaded, resumed or reused); UrlDownloadError naming the URL."""
-    target = _target(url, cache_dir)
+def fetch_url(url: str, cache_dir: Path, session: requests.Session | None = None, target: Path | None = None
+              ) -> Path:
+    """The local copy of ``url`` (downloaded, resumed or reused; at ``target``, else a path in the cache
+    made from the URL); UrlDownloadError naming the URL."""
+    target = target or _target(url, cache_dir)
     bare = url.split("#", 1)[0]
     http = session or requests.Session()
     try:

@@ -19,6 +19,7 @@ from typing import Any
 
 from app.config.settings import OPTIONS, Settings, SettingsError, parse_settings
 from app.host.cpu_placement import describe, prepare_process
+from app.model_sources.docker import docker_source
 from app.model_sources.files import ModelFileError, local_projector, resolve_model_path
 from app.model_sources.gcs import default_cache_dir, is_gcs_uri
 from app.model_sources.hub import cached_models, hub_source
@@ -154,6 +155,8 @@ def prepare(argv: Sequence[str], environ: Mapping[str, str]) -> tuple[Settings, 
         settings = dataclasses.replace(settings, metrics=True)  # Vertex AI's scraper and autoscaling read them
     if settings.hf_repo is not None:
         return settings, hub_source(settings.hf_repo), vertex, listen_port(settings, vertex)  # the worker fetches it
+    if settings.docker_repo is not None:
+        return settings, docker_source(settings.docker_repo), vertex, listen_port(settings, vertex)  # the worker too
     if settings.model is None and settings.model_url:
         return settings, settings.model_url, vertex, listen_port(settings, vertex)  # the worker downloads it
     if settings.model is None and vertex is not None and vertex.storage_uri and not settings.is_router:

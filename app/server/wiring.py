@@ -23,6 +23,7 @@ from app.engine import Backend, Engine
 from app.engine.llama import LlamaBackend, LlamaConfig
 from app.host.cpu_placement import place_compute_threads
 from app.host.memory import available_memory_bytes
+from app.model_sources.docker import DOCKER_SCHEME, fetch_docker_model, is_docker_source
 from app.model_sources.gcs import default_cache_dir, fetch_model, find_projector, is_gcs_uri
 from app.model_sources.hub import HUB_SCHEME, fetch_hub_model, is_hub_source
 from app.model_sources.urls import fetch_url, is_url_source
@@ -84,8 +85,9 @@ class ModelFiles:
 
 
 def fetch_model_files(settings: Settings, model_path: str) -> ModelFiles:
-    """The model (a path, ``gs://`` or a Hugging Face repository), its projector (given, found beside a
-    ``gs://`` model, or in the repository) and the draft model, fetched into the cache where remote."""
+    """The model (a path, ``gs://``, a URL, a Hugging Face repository or a registry's image), its projector
+    (given, found beside a ``gs://`` model, or in the repository) and the draft model, fetched into the cache
+    where remote."""
     cache = Path(settings.model_cache_dir) if settings.model_cache_dir else None
     projector = settings.mmproj
     if is_hub_source(model_path):
@@ -93,6 +95,9 @@ def fetch_model_files(settings: Settings, model_path: str) -> ModelFiles:
                                   cache or default_cache_dir(), projector is None and settings.mmproj_auto,
                                   settings.offline)
         local, projector = str(fetched.model), projector or (str(fetched.mmproj) if fetched.mmproj else None)
+    elif is_docker_source(model_path):
+        local = str(fetch_docker_model(model_path.removeprefix(DOCKER_SCHEME), settings.docker_registry,
+                                       cache or default_cache_dir(), settings.offline))
     elif is_url_source(model_path):
         local = str(fetch_url(model_path, cache or default_cache_dir()))
     else:

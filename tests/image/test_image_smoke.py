@@ -6,6 +6,7 @@ SIGTERM lets an in-flight stream finish before the container exits 0."""
 
 from __future__ import annotations
 
+import base64
 import json
 import signal
 import socket
@@ -19,6 +20,8 @@ import requests
 
 from tests.containers import Container, image_config, process_uid, run_container
 from tests.integration.conftest import model_in_storage
+from tests.projectors import make_vision_projector
+from tests.videos import make_video
 
 pytestmark = pytest.mark.timeout(1800)  # the first test may build the image (scripts/image.sh)
 
@@ -66,7 +69,8 @@ def wait_healthy(container: Container, url: str) -> list[int | str]:
 @pytest.fixture(scope="module")
 def vertex_container(tool: str, image: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Started]:
     port, grpc_port = free_port(), free_port()
-    with model_in_storage() as (emulator, uri):
+    projector = make_vision_projector(tmp_path_factory.mktemp("projector") / "mmproj-test.gguf")
+    with model_in_storage({"mmproj-test.gguf": projector}) as (emulator, uri):
         env = {"AIP_MODE": "PREDICTION", "AIP_HTTP_PORT": str(port), "AIP_HEALTH_ROUTE": HEALTH,
                "AIP_PREDICT_ROUTE": PREDICT, "AIP_STORAGE_URI": uri.rsplit("/", 1)[0],
                "STORAGE_EMULATOR_HOST": emulator, "LLAMA_ARG_GRPC_PORT": str(grpc_port)}
@@ -114,6 +118,28 @@ def test_a_predict_with_a_chat_and_a_tokenize_instance(vertex_container: Started
     chat, tokens = reply.json()["predictions"]
     assert chat["choices"][0]["message"]["content"] and 1 <= chat["usage"]["completion_tokens"] <= 8
     assert len(tokens["tokens"]) >= 2 and all(isinstance(token, int) for token in tokens["tokens"])
+
+
+def test_a_video_instance_is_decoded_where_the_image_has_ffmpeg(tool: str, image: str, vertex_container: Started,
+                                                                tmp_path: Path) -> None:
+    """An image built with VIDEO=true decodes a video with its own ffmpeg; without (the default), the
+    same instance is a 400 that says what is missing, and the log says video is off."""
+    video = base64.b64encode(make_video(tmp_path / "clip.mp4", 1)).decode()
+    content = [{"type": "text", "text": "What happens?"},
+               {"type": "video_url", "video_url": {"url": f"data:video/mp4;base64,{video}"}}]
+    reply = requests.post(vertex_container.url(PREDICT), timeout=300, json={"instances": [
+        {"@requestFormat": "chatCompletions", "messages": [{"role": "user", "content": content}], "max_tokens": 4}]})
+    assert reply.status_code == 200, reply.text[:500]
+    prediction = reply.json()["predictions"][0]
+    labels = image_config(tool, image).get("Labels")
+    log = vertex_container.container.log()
+    if isinstance(labels, dict) and labels.get("vertex-llama.video") == "true":
+        assert "error" not in prediction, prediction
+        assert prediction["usage"]["prompt_tokens"] > 4 * 16  # 4 frames (1 s at 4 a second) of 16 tokens, and text
+        assert "video input: on" in log
+    else:
+        assert prediction["error"]["code"] == 400 and "no ffmpeg and ffprobe" in prediction["error"]["message"]
+        assert "video input: off" in log
 
 
 def test_grpc_serves_beside_http_as_grpc_ports_would_reach_it(vertex_container: Started) -> None:

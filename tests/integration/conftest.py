@@ -177,15 +177,19 @@ def storage_emulator() -> Iterator[str]:
 
 
 @contextlib.contextmanager
-def model_in_storage() -> Iterator[tuple[str, str]]:
-    """The embedded model in a bucket of the storage emulator: (the emulator's address, the gs:// URI).
-    A server loading it answers while it downloads, as on Vertex AI: a local 92 MB model can load
-    before the worker has imported its HTTP side (app/server/wiring.py), leaving no 503 to see."""
+def model_in_storage(beside: dict[str, Path] | None = None) -> Iterator[tuple[str, str]]:
+    """The embedded model in a bucket of the storage emulator, with the files of ``beside`` (name: path)
+    in its folder: (the emulator's address, the gs:// URI). A server loading it answers while it
+    downloads, as on Vertex AI: a local 92 MB model can load before the worker has imported its HTTP
+    side (app/server/wiring.py), leaving no 503 to see."""
     with storage_emulator() as host:
         from google.cloud import storage
 
         client = storage.Client()
-        client.create_bucket("models").blob("smol/model.gguf").upload_from_filename(str(embedded_model_path()))
+        bucket = client.create_bucket("models")
+        bucket.blob("smol/model.gguf").upload_from_filename(str(embedded_model_path()))
+        for name, path in (beside or {}).items():
+            bucket.blob(f"smol/{name}").upload_from_filename(str(path))
         client.close()
         yield host, "gs://models/smol/model.gguf"
 

@@ -68,7 +68,7 @@ def media_dir(server_dir: Path) -> Path:
 @pytest.fixture(scope="module")
 def decoy_bin(server_dir: Path) -> Path:
     """ffprobe and ffmpeg stand-ins on the server's PATH that leave a mark when run: libmtmd's video
-    path would hand them request bytes it cannot decode."""
+    path hands them the bytes it cannot decode itself, and only a video container may reach them."""
     directory = server_dir / "decoy-bin"
     directory.mkdir()
     for name in ("ffprobe", "ffmpeg"):
@@ -111,7 +111,7 @@ def marker(server: Server) -> str:
 
 def test_props_and_models_report_vision(server: Server) -> None:
     props = requests.get(server.url("/props"), timeout=10).json()
-    assert props["modalities"] == {"vision": True, "video": False, "audio": False}
+    assert props["modalities"] == {"vision": True, "video": True, "audio": False}  # the stand-in ffmpeg is found
     assert props["media_marker"].startswith("<__media_")
     models = requests.get(server.url("/v1/models"), timeout=10).json()
     assert "multimodal" in models["models"][0]["capabilities"]
@@ -224,7 +224,7 @@ def test_a_file_under_media_path(server: Server, media_dir: Path) -> None:
 
 
 @pytest.mark.parametrize(("part", "expected"), [
-    (image_part(b"this is not an image"), "is not an image or audio file"),
+    (image_part(b"this is not an image"), "is not an image, audio or video file"),
     (image_part(RED[: len(RED) // 2]), "truncated"),
     ({"type": "image_url", "image_url": {"url": data_uri(b"GIF89a garbage", "image/gif")}}, "can be decoded"),
     ({"type": "image_url", "image_url": {"url": "data:image/png;base64,@@@"}}, "not valid base64"),
@@ -235,7 +235,9 @@ def test_a_file_under_media_path(server: Server, media_dir: Path) -> None:
     ({"type": "image_url", "image_url": {"url": "file://../mmproj-test.gguf"}}, "outside --media-path"),
     ({"type": "image_url", "image_url": {"url": "ftp://host/cat.png"}}, "must be a data: URI"),
     ({"type": "image_url"}, "required"),
-    ({"type": "video_url", "video_url": {"url": "x"}}, "is not supported"),
+    ({"type": "video_url", "video_url": {"url": "x"}}, "not valid base64"),
+    ({"type": "input_video", "input_video": {}}, "input_video.url': required"),
+    ({"type": "file", "file": {}}, "is not supported"),
 ])
 def test_bad_media_is_a_400_naming_the_part(server: Server, part: dict[str, Any], expected: str) -> None:
     response = chat(server, [{"type": "text", "text": "Look:"}, part])
@@ -246,10 +248,13 @@ def test_bad_media_is_a_400_naming_the_part(server: Server, part: dict[str, Any]
     assert requests.get(server.url("/health"), timeout=10).status_code == 200
 
 
-def test_undecodable_bytes_never_reach_an_ffmpeg_on_the_path(server: Server, decoy_bin: Path) -> None:
-    for data in (b"RIFF....WEBPVP8 not really", b"\x00\x00\x00\x18ftypmp42 not a video", b"garbage"):
+def test_only_a_video_container_reaches_the_ffmpeg_on_the_path(server: Server, decoy_bin: Path) -> None:
+    for data in (b"RIFF....WEBPVP8 not really", b"\x00\x00\x18ftypmp42 one byte short", b"garbage"):
         assert chat(server, [image_part(data)]).status_code == 400
     assert sorted(path.name for path in decoy_bin.iterdir()) == ["ffmpeg", "ffprobe"]
+    response = chat(server, [image_part(b"\x00\x00\x00\x18ftypmp42 not a video")])
+    assert response.status_code == 400 and "the video could not be read" in response.json()["error"]["message"]
+    assert "ran-ffprobe" in {path.name for path in decoy_bin.iterdir()}
 
 
 def test_more_media_than_a_slot_holds_is_a_400(server: Server) -> None:

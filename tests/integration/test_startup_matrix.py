@@ -40,7 +40,7 @@ VALUES: dict[str, str] = {
     "rope_freq_base": "100000", "rope_freq_scale": "1.0", "yarn_orig_ctx": "8192", "yarn_ext_factor": "0.0",
     "yarn_attn_factor": "1.0", "yarn_beta_slow": "1.0", "yarn_beta_fast": "32.0", "lazy_mode": "off",
     "numa": "distribute", "split_mode": "none", "main_gpu": "0", "image_min_tokens": "64", "image_max_tokens": "256",
-    "mtmd_batch_max_tokens": "256",
+    "mtmd_batch_max_tokens": "256", "video_fps": "2", "video_timestamp_interval": "1000",
     "n_cpu_moe": "1", "n_cpu_ffn": "1", "threads": "1", "threads_batch": "2", "cpu_strict": "1", "prio": "-1",
     "poll": "0", "ctx_size": "2048", "n_parallel": "2", "batch_size": "512", "ubatch_size": "256", "keep": "4",
     "n_predict": "16", "liveness_seconds": "300", "embd_normalize": "1", "cache_reuse": "16",
@@ -75,7 +75,7 @@ TEXT_VALUES: dict[str, str] = {
     "media_marker": "<__media__>", "cors_origins": "http://a.test", "cors_methods": "GET, POST",
     "cors_headers": "Content-Type", "ui_config": "{}", "log_colors": "off", "cpu_mask_batch": "0xffffffff",
     "cpu_range_batch": "0-", "spec_draft_cpu_mask": "0xffffffff", "spec_draft_cpu_range": "0-",
-    "spec_draft_cpu_mask_batch": "0xffffffff",
+    "spec_draft_cpu_mask_batch": "0xffffffff", "video_ffmpeg_dir": "/usr/bin",
 }
 # Where /props shows a setting: default_generation_settings.params[key] must be the value given.
 # (-n is not among them: llama-server shows n_predict -1 there whatever -n says, and so does this server.)

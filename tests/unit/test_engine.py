@@ -531,10 +531,10 @@ def test_a_job_whose_sampler_cannot_be_made_fails_alone(backend: FakeBackend, en
 
     original = backend.new_sampler
 
-    def picky(params: SamplingParams):  # type: ignore[no-untyped-def]
+    def picky(params: SamplingParams, seq: int | None = None):  # type: ignore[no-untyped-def]
         if params.presence_penalty > 1:
             raise TypeError("broken binding")
-        return original(params)
+        return original(params, seq)
 
     backend.new_sampler = picky  # type: ignore[method-assign]
     broken = engine.submit(request("x", sampling=SamplingParams(presence_penalty=2.0)))

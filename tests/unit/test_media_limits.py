@@ -60,7 +60,7 @@ def test_an_images_pixels_and_an_audio_files_duration_come_from_their_headers() 
 @pytest.mark.parametrize(("data", "message"), [
     (png_declaring(10_000, 10_000), "declares 100,000,000 pixels, over --media-max-pixels (50,000,000)"),
     (png_declaring(50_000, 50_000), "declares 2,500,000,000 pixels"),
-    (wav_declaring(3600), "the audio lasts 3,600 s, over --media-max-seconds (600)"),
+    (wav_declaring(3600), "the recording lasts 3,600 s, over --media-max-seconds (600)"),
 ])
 def test_items_over_the_limits_are_refused_naming_the_field(data: bytes, message: str) -> None:
     with pytest.raises(InvalidRequestError, match=re.escape(message)) as caught:

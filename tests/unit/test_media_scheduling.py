@@ -25,6 +25,7 @@ class FakeMedia:
 
     vision: bool = True
     audio: bool = False
+    video: bool = False
     marker: str = MARKER
     mrope: bool = False
     whole_keys: set[str] = field(default_factory=set)

@@ -276,7 +276,8 @@ def test_long_flags_may_spell_dashes_as_underscores_as_in_llama_server() -> None
     settings = parse("--ctx_size", "2048", "--no_slots", "--cache_reuse=4", "-r", "keep_this_value")
     assert (settings.ctx_size, settings.slots, settings.cache_reuse) == (2048, False, 4)
     assert settings.reverse_prompt == ("keep_this_value",)  # values are never respelled
-    assert parse("--backend_sampling").notes == parse("--backend-sampling").notes != ()
+    assert parse("--defrag_thold", "0.1").notes == parse("--defrag-thold", "0.1").notes != ()
+    assert parse("--backend_sampling").backend_sampling is True
     with pytest.raises(SystemExit):
         parse_settings(["--no_such_flag"], {})  # still unknown: refused as before
 

@@ -184,7 +184,7 @@ def test_every_sampling_field_a_request_sets_reaches_the_job(client: FlaskClient
                "top_n_sigma": 1.0, "xtc_probability": 0.3, "xtc_threshold": 0.2, "dry_multiplier": 0.5,
                "dry_base": 2.0, "dry_allowed_length": 3, "dry_penalty_last_n": 16, "mirostat": 2,
                "mirostat_tau": 4.0, "mirostat_eta": 0.2, "post_sampling_probs": True, "adaptive_target": 0.3,
-               "adaptive_decay": 0.5}
+               "adaptive_decay": 0.5, "backend_sampling": True}
     assert set(changed) == set(DIRECT)
     body = client.post("/completion", json={"prompt": PROMPT, "n_predict": 2, **changed}).json
     assert body is not None

@@ -71,8 +71,9 @@ def test_an_unimplemented_flag_in_the_environment_is_treated_the_same() -> None:
     settings = parse_settings([], {"LLAMA_ARG_DEFRAG_THOLD": "0.1"})
     assert settings.notes == ("environment LLAMA_ARG_DEFRAG_THOLD: accepted, no effect here: deprecated in "
                               "llama.cpp; it has no effect there either",)
-    with pytest.raises(SettingsError, match="environment LLAMA_ARG_DOCKER_REPO: no model downloads from Docker"):
-        parse_settings([], {"LLAMA_ARG_DOCKER_REPO": "ai"}, error=lambda message: None)
+    with pytest.raises(SettingsError, match="environment LLAMA_ARG_DRAFT_MAX: removed from llama-server: use "
+                                            "--spec-draft-n-max"):
+        parse_settings([], {"LLAMA_ARG_DRAFT_MAX": "8"}, error=lambda message: None)
 
 
 def test_the_table_is_what_the_generator_writes() -> None:

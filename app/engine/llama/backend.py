@@ -122,7 +122,7 @@ class LlamaBackend:
                 self.media = LlamaMedia(self._model, config.mmproj, config.n_threads_batch,
                                         config.mmproj_offload and config.n_gpu_layers != 0,
                                         config.image_min_tokens, config.image_max_tokens, config.media_marker,
-                                        config.mtmd_batch_max_tokens)
+                                        config.mtmd_batch_max_tokens, config.video)
             except ModelLoadError:
                 self.close()
                 raise
@@ -269,8 +269,11 @@ class LlamaBackend:
         if code != 0:
             raise DecodeError(int(code))
 
-    def new_sampler(self, params: SamplingParams) -> LlamaSampler:
-        return new_sampler(params, self._ctx, self.vocab, self.n_ctx_seq, self._config.perf)
+    def new_sampler(self, params: SamplingParams, seq: int | None = None) -> LlamaSampler:
+        sampler = new_sampler(params, self._ctx, self.vocab, self.n_ctx_seq, self._config.perf)
+        if seq is not None:
+            sampler.offload(seq)
+        return sampler
 
     def copy_sequence(self, source: int, target: int) -> None:
         lc.llama_memory_seq_rm(self._memory, target, -1, -1)

@@ -53,6 +53,19 @@ class LoadConfig:
 
 
 @dataclass(frozen=True)
+class VideoConfig:
+    """How a video in a prompt becomes frames (libmtmd's video helper, through ffmpeg) and the most it
+    may decode to. A video is decoded whole before its tokens are known, so it is bounded by the
+    pixels of its frames together (``max_pixels``) and its length (``max_seconds``); 0: no bound."""
+
+    fps: float = 4.0  # <= 0: the video's own
+    timestamp_interval_ms: int = 5000  # <= 0: no timestamps among the frames
+    ffmpeg_dir: str | None = None  # None: ffmpeg and ffprobe from PATH
+    max_pixels: int = 0
+    max_seconds: float = 0.0
+
+
+@dataclass(frozen=True)
 class FitConfig:
     """--fit: what the fit to free memory may change and the memory it counts on."""
 
@@ -91,6 +104,7 @@ class LlamaConfig:
     image_max_tokens: int = -1
     mtmd_batch_max_tokens: int = 1024  # image tokens libmtmd encodes a batch
     media_marker: str = "<__media__>"  # what stands for a media item in a prompt's text
+    video: VideoConfig = field(default_factory=VideoConfig)
     cache_type_k: str = "f16"
     cache_type_v: str = "f16"
     rope: RopeConfig = field(default_factory=RopeConfig)

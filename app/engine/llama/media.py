@@ -1,4 +1,4 @@
-"""The multimodal projector (``--mmproj``) through libmtmd: prompts with images or audio made into
+"""The multimodal projector (``--mmproj``) through libmtmd: prompts with images, audio or video made into
 tokens and media chunks (any thread), and a chunk's embedding rows and positions for a decode
 (engine thread).
 
@@ -20,14 +20,13 @@ from typing import Any
 
 from app.engine.errors import MediaError, ModelLoadError
 from app.engine.llama.bindings import lc, mt
+from app.engine.llama.config import VideoConfig
+from app.engine.llama.video import VideoFrames, Videos, looks_like_video
 from app.engine.types import MediaChunk
 
 _TEXT_CHUNK = 0
 _AUDIO_CHUNK = 2
 _ENCODED_CACHE_BYTES = 64 * 1024 * 1024
-# libmtmd hands bytes that are not an image or audio to ffprobe/ffmpeg (its video path) from PATH;
-# video is not taken here, so that path is pointed at a directory that holds no binary.
-_NO_FFMPEG_DIR = b"/nonexistent/vertex-llama-takes-no-video"
 
 
 class _ChunkHandle:
@@ -47,7 +46,8 @@ class LlamaMedia:
     """libmtmd's context for a projector file on a loaded model."""
 
     def __init__(self, model: Any, path: str, n_threads: int, use_gpu: bool, image_min_tokens: int,
-                 image_max_tokens: int, marker: str, batch_max_tokens: int = 1024) -> None:
+                 image_max_tokens: int, marker: str, batch_max_tokens: int = 1024,
+                 video: VideoConfig | None = None) -> None:
         self._marker_bytes = marker.encode()  # libmtmd keeps the pointer: it lives as long as this object
         params = mt.mtmd_context_params_default()
         params.media_marker = self._marker_bytes
@@ -65,6 +65,8 @@ class LlamaMedia:
         self.vision = bool(mt.mtmd_support_vision(self._ctx))
         self.audio = bool(mt.mtmd_support_audio(self._ctx))
         self.mrope = bool(mt.mtmd_decode_use_mrope(self._ctx))
+        self._videos = Videos(self._ctx, self.vision, video or VideoConfig())
+        self.video = self._videos.available
         self.marker = marker
         self.n_embd = int(lc.llama_model_n_embd_inp(model))
         self._encoded: OrderedDict[str, Any] = OrderedDict()
@@ -78,26 +80,41 @@ class LlamaMedia:
         if text.count(self.marker) != len(media):
             raise MediaError(-1, f"the prompt has {text.count(self.marker)} media markers ({self.marker}) "
                                  f"for {len(media)} media items")
+        images: list[Any] = []
+        videos: list[VideoFrames] = []
         bitmaps, digests = [], []
         try:
             for index, data in enumerate(media):
-                bitmaps.append(self._bitmap(index, data))
                 digests.append(hashlib.sha256(data).hexdigest()[:32])
+                if looks_like_video(data):
+                    videos.append(self._videos.open(index, data, digests[-1]))
+                    bitmaps.append(videos[-1].bitmap)
+                else:
+                    images.append(self._bitmap(index, data))
+                    bitmaps.append(images[-1])
             return self._tokenize(text, bitmaps, digests, add_special, parse_special)
+        except MediaError:
+            stopped = next((video for video in videos if video.refusal is not None), None)  # read past its bounds
+            if stopped is not None:
+                raise MediaError(stopped.index, str(stopped.refusal)) from None
+            raise
         finally:
-            for bitmap in bitmaps:
-                mt.mtmd_bitmap_free(bitmap)
+            for image in images:
+                mt.mtmd_bitmap_free(image)
+            for video in videos:
+                video.free()
 
     def _bitmap(self, index: int, data: bytes) -> Any:
+        """An image's or audio file's bitmap, decoded by libmtmd's own decoders (never ffmpeg)."""
         buffer = (ctypes.c_uint8 * len(data)).from_buffer_copy(data)
-        options = mt.mtmd_helper_init_opt_default()
-        options.video_params.ffmpeg_bin_dir = _NO_FFMPEG_DIR
-        bitmap = mt.mtmd_helper_bitmap_init_from_buf(self._ctx, buffer, len(data), False, options) if data else None
+        bitmap = mt.mtmd_helper_bitmap_init_from_buf(self._ctx, buffer, len(data), False,
+                                                     self._videos.no_ffmpeg()) if data else None
         if not bitmap and _looks_like_audio(data) and not self.audio:
             raise MediaError(index, "this is audio, and the model's projector takes images only")
         if not bitmap:
-            raise MediaError(index, "the data is not an image or audio file that can be decoded (images: JPEG, "
-                                    "PNG, BMP, GIF, TGA, PSD, HDR, PNM; audio: WAV, MP3, FLAC), or it is truncated")
+            raise MediaError(index, "the data is not an image, audio or video file that can be decoded (images: "
+                                    "JPEG, PNG, BMP, GIF, TGA, PSD, HDR, PNM; audio: WAV, MP3, FLAC; video: what "
+                                    "ffmpeg reads, given a projector that takes images), or it is truncated")
         is_audio = bool(mt.mtmd_bitmap_is_audio(bitmap))
         if is_audio and not self.audio:
             mt.mtmd_bitmap_free(bitmap)

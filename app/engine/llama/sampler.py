@@ -21,6 +21,20 @@ class LlamaSampler:
         self._n_vocab = n_vocab
         self._n_probs = n_probs
         self._post_sampling = post_sampling
+        self._seq: int | None = None  # the sequence whose graph runs the chain (backend sampling)
+
+    def offload(self, seq: int) -> bool:
+        """Run the chain in the model's graph for ``seq`` (llama.cpp's backend sampling: the stages it can
+        run there, from the first, run on the model's device, the rest on the CPU over what they leave;
+        ``llama_sampler_sample`` then reads the token it picked). False where llama.cpp cannot (it logs
+        why), and the chain samples on the CPU as without it."""
+        if lc.llama_set_sampler(self._ctx, seq, self._chain):
+            self._seq = seq
+        return self._seq is not None
+
+    @property
+    def offloaded(self) -> bool:
+        return self._seq is not None
 
     def sample(self, batch_index: int) -> Sampled:
         if self._n_probs <= 0:
@@ -37,6 +51,9 @@ class LlamaSampler:
         lc.llama_sampler_accept(self._chain, token)
 
     def free(self) -> None:
+        if self._seq is not None:  # detached first: the context must not keep a freed chain
+            lc.llama_set_sampler(self._ctx, self._seq, None)
+            self._seq = None
         if self._chain is not None:
             lc.llama_sampler_free(self._chain)
             self._chain = None
