@@ -59,7 +59,8 @@ def draft_config(settings: Settings, target: LlamaConfig, draft_path: str,
                    n_threads_batch=settings.spec_draft_threads_batch if settings.spec_draft_threads_batch > 0
                    else threads, placement=placements[0], placement_batch=placements[1], loras=(), control_vectors=(),
                    mmproj=None, cache_type_k=settings.spec_draft_type_k,
-                   cache_type_v=settings.spec_draft_type_v, loading=loading, fit=FitConfig(), draft=None)
+                   cache_type_v=settings.spec_draft_type_v, loading=loading, fit=FitConfig(), draft=None,
+                   pick_in_graph=settings.spec_draft_backend_sampling)
 
 
 def llama_config(settings: Settings, model_path: str, mmproj_path: str | None = None,
@@ -104,7 +105,7 @@ def llama_config(settings: Settings, model_path: str, mmproj_path: str | None = 
                            split_mode=settings.split_mode, tensor_split=settings.tensor_split_fractions,
                            main_gpu=settings.main_gpu, repack=settings.repack, no_host=settings.no_host,
                            numa=settings.numa, tensor_overrides=settings.tensor_overrides,
-                           devices=settings.devices),
+                           devices=settings.devices, rpc_servers=settings.rpc_servers),
         kv_offload=settings.kv_offload,
         kv_unified=settings.kv_unified,
         op_offload=settings.op_offload,

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from app.config.options import SettingsError, option
+from app.engine.llama.config import split_endpoint
 from app.engine.types import TensorOverride
 
 # llama.cpp's (common/common.h): the expert weights of a MoE layer, and a dense layer's FFN weights
@@ -50,6 +51,9 @@ class PlacementSettings:
         "comma-separated devices to offload to (none: no offload; default: every GPU); --list-devices names "
         "them", env="LLAMA_ARG_DEVICE", metavar="DEV1,DEV2")
     list_devices: bool = option(("--list-devices",), "bool", False, "print the devices llama.cpp sees, and exit")
+    rpc: str | None = option(("--rpc",), "str", None,
+        "comma-separated rpc-servers (HOST:PORT, llama.cpp's rpc-server) whose devices are offloaded to like GPUs "
+        "(RPC0, RPC1, ...)", env="LLAMA_ARG_RPC", metavar="SERVERS")
     override_tensor: tuple[str, ...] = option(("-ot", "--override-tensor"), "texts", (),
         "tensors whose name matches a pattern go to a buffer type (CPU, CUDA0, ...): PATTERN=TYPE,... "
         "(repeatable; the first match wins)", env="LLAMA_ARG_OVERRIDE_TENSOR", metavar="PATTERN=TYPE,...")
@@ -99,7 +103,22 @@ class PlacementSettings:
     def draft_devices(self) -> tuple[str, ...] | None:
         return device_list(self.spec_draft_device, "--spec-draft-device")
 
+    @property
+    def rpc_servers(self) -> tuple[str, ...]:
+        """--rpc's endpoints, each HOST:PORT."""
+        if self.rpc is None:
+            return ()
+        endpoints = tuple(item.strip() for item in self.rpc.split(",") if item.strip())
+        if not endpoints:
+            raise SettingsError("--rpc: no RPC servers specified")
+        for endpoint in endpoints:
+            try:
+                split_endpoint(endpoint)
+            except ValueError as exc:
+                raise SettingsError(f"--rpc: {exc}") from None
+        return endpoints
+
     def check(self) -> None:
         """Every override is PATTERN=TYPE and every device list names a device (the names themselves are
         checked against llama.cpp's devices when the model loads)."""
-        _ = (self.tensor_overrides, self.draft_tensor_overrides, self.devices, self.draft_devices)
+        _ = (self.tensor_overrides, self.draft_tensor_overrides, self.devices, self.draft_devices, self.rpc_servers)

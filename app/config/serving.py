@@ -118,6 +118,10 @@ class ServingSettings:
     spec_draft_p_min: float = option(("--spec-draft-p-min", "--draft-p-min"), "float", 0.0,
         "a draft ends at a token the draft model gives less than this probability (a request's speculative.p_min "
         "wins)", env="LLAMA_ARG_SPEC_DRAFT_P_MIN", minimum=0, maximum=1, metavar="P")
+    spec_draft_backend_sampling: bool = option(("--spec-draft-backend-sampling",), "bool", True,
+        "the draft model's top-10 (its pick and that pick's probability among them) is taken in its graph, on its "
+        "device, not from the whole logits row", env="LLAMA_ARG_SPEC_DRAFT_BACKEND_SAMPLING",
+        negative_flags=("--no-spec-draft-backend-sampling",))
     spec_draft_ngl: str = option(("-ngld", "--gpu-layers-draft", "--n-gpu-layers-draft", "--spec-draft-ngl"), "str",
         "auto", "draft model layers to offload to the GPU: a number, 'auto' or 'all'",
         env="LLAMA_ARG_N_GPU_LAYERS_DRAFT", metavar="N")

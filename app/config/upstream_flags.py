@@ -56,8 +56,6 @@ def _refuse(reason: str) -> Treatment:
     return Treatment("refuse", reason)
 
 
-ONE_DEVICE = _warn("remote (RPC) devices are not used here: the model is placed on this machine's devices "
-                   "(--device, -ngl, -sm, -ts, -mg, --override-tensor)")
 RESULTS = "not implemented here, and ignoring it would change the model's output"
 
 TREATMENTS: dict[str, Treatment] = {
@@ -65,7 +63,6 @@ TREATMENTS: dict[str, Treatment] = {
     "--escape": _warn("escapes apply to the command line's --prompt (llama-cli's); llama-server ignores it too"),
     # memory, placement and loading: speed and memory only
     "--defrag-thold": _warn("deprecated in llama.cpp; it has no effect there either"),
-    "--rpc": ONE_DEVICE,
 }
 
 
@@ -81,9 +78,9 @@ def treatment(flag: UpstreamFlag) -> Treatment | None:
     return None
 
 
-def _speculation_treatment(flag: UpstreamFlag) -> Treatment:
-    """The --spec-* settings this server's speculative decoding (app/engine/speculative.py) has no use for;
-    the speed changes, never the output."""
+def _speculation_treatment(flag: UpstreamFlag) -> Treatment | None:
+    """The --spec-* settings this server's speculative decoding (app/engine/speculative.py) has no use for
+    (as llama-server has none); None for one no rule covers."""
     name = flag.name
     if name == "--spec-ngram-simple-min-hits":
         return _warn("ngram-simple takes the latest match of the n-gram, as llama.cpp's ngram-simple does (it reads "
@@ -91,7 +88,7 @@ def _speculation_treatment(flag: UpstreamFlag) -> Treatment:
     if name == "--spec-draft-p-split":
         return _warn("the pinned llama.cpp parses it and reads it nowhere (no draft tree there): a no-op in "
                      "llama-server too")
-    return _warn("the draft model samples on the CPU here, with the same drafts")
+    return None
 
 
 def unimplemented(declared: Iterable[str]) -> tuple[UpstreamFlag, ...]:

@@ -52,6 +52,8 @@ HOST_BUILD_SKIPS = frozenset({"AMX_TILE", "AMX_INT8", "AMX_BF16"})
 DYNAMIC_DISPATCH = ("-DGGML_NATIVE=OFF", "-DGGML_BACKEND_DL=ON", "-DGGML_CPU_ALL_VARIANTS=ON",
                     "-DCMAKE_INSTALL_BINDIR=llama_cpp/lib")
 ARM64_PORTABLE = ("-DGGML_NATIVE=OFF", "-DGGML_CPU_ARM_ARCH=armv8.2-a+dotprod+fp16")
+# Every build: ggml's RPC backend (--rpc: layers on other machines' rpc-server), a loadable library too.
+EVERY_BUILD = ("-DGGML_RPC=ON",)
 TARGETS = ("portable", "host")
 # Where the install script and the image build write the CMake arguments they used (in sys.prefix).
 BUILD_RECORD = ".llama-cmake-args"
@@ -106,6 +108,10 @@ def this_cpu(cpuinfo: Path = Path("/proc/cpuinfo")) -> Cpu:
 
 def cmake_args(cpu: Cpu, target: str = "portable") -> tuple[str, ...]:
     """The CMake arguments that build llama-cpp-python for ``cpu`` (see the module docstring)."""
+    return (*_platform_args(cpu, target), *EVERY_BUILD)
+
+
+def _platform_args(cpu: Cpu, target: str) -> tuple[str, ...]:
     if target not in TARGETS:
         raise ValueError(f"unknown build target {target!r}: choose one of {', '.join(TARGETS)}")
     if cpu.system == "Darwin":

@@ -108,7 +108,7 @@ def print_and_exit(settings: Settings) -> None:
     if settings.version:
         print(version_text())
     elif settings.list_devices:
-        print_devices()
+        print_devices(settings.rpc_servers)
     elif settings.cache_list:
         models = cached_models(Path(settings.model_cache_dir) if settings.model_cache_dir else default_cache_dir())
         print(f"number of models in cache: {len(models)}")
@@ -121,11 +121,13 @@ def print_and_exit(settings: Settings) -> None:
     sys.exit(0)
 
 
-def print_devices() -> None:
-    """--list-devices: what llama.cpp can offload to, as llama-server prints it."""
+def print_devices(rpc_servers: tuple[str, ...] = ()) -> None:
+    """--list-devices: what llama.cpp can offload to (--rpc's servers' devices too), as llama-server prints it."""
     from app.engine.llama.ggml import describe_devices, load_ggml_backends
+    from app.engine.llama.rpc import add_rpc_servers
 
     load_ggml_backends()
+    add_rpc_servers(rpc_servers)
     print("Available devices:")
     for line in describe_devices() or ["(none)"]:
         print(f"  {line}")

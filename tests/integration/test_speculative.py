@@ -116,6 +116,23 @@ def test_a_draft_model_keeps_the_greedy_output(server_dir: Path) -> None:
         assert server.stop() == 0, server.log()
 
 
+def test_the_draft_models_top_ten_in_its_graph_drafts_as_on_the_cpu(server_dir: Path) -> None:
+    """--spec-draft-backend-sampling (on by default, as llama-server): the draft model's top-10 is taken in its
+    graph; its picks, and their probabilities against --spec-draft-p-min, are those read from the whole row."""
+    timings = {}
+    for flag in ("--spec-draft-backend-sampling", "--no-spec-draft-backend-sampling"):
+        server = start(server_dir, ["-np", "1", "-c", "2048", "-md", str(embedded_model_path()), "--spec-draft-n-max",
+                                    "6", "--spec-draft-p-min", "0.7", flag])
+        try:
+            timings[flag] = complete(server)["timings"]
+            in_graph = "is taken in its graph" in server.log()
+            assert in_graph == (flag == "--spec-draft-backend-sampling"), server.log()[-3000:]
+        finally:
+            assert server.stop() == 0, server.log()
+    on, off = timings.values()
+    assert on["draft_n"] > 0 and (on["draft_n"], on["draft_n_accepted"]) == (off["draft_n"], off["draft_n_accepted"])
+
+
 def test_a_draft_model_of_another_vocabulary_is_refused(server_dir: Path, tmp_path: Path) -> None:
     other = make_reranker(tmp_path / "wordpiece.gguf")  # a BERT vocabulary, not SmolLM2's
     server = launch(server_dir, ["-np", "1", "-md", str(other)])
@@ -127,18 +144,21 @@ def test_a_draft_model_of_another_vocabulary_is_refused(server_dir: Path, tmp_pa
 
 
 def test_ngram_cache_speculation_keeps_the_greedy_output(server_dir: Path, tmp_path: Path) -> None:
-    """--spec-type ngram-cache (lookup decoding): the slot's n-gram counts draft the copied text; the static
-    lookup cache, a file in llama.cpp's format, is read at start; one that is not such a file stops the start."""
+    """--spec-type ngram-cache (lookup decoding): the slot's n-gram counts draft the copied text; the static and
+    dynamic lookup caches, files in llama.cpp's format, are read at start; one that is not such a file stops the
+    start."""
     from app.engine.ngram_cache import save
 
-    static = tmp_path / "static.lcs"
+    static, dynamic = tmp_path / "static.lcs", tmp_path / "dynamic.lcd"
     save({(1, 2, -1, -1): {3: 4}, (2, 3, -1, -1): {1: 2, 5: 1}}, str(static))
+    save({(7, 8, -1, -1): {9: 3}}, str(dynamic))
     server = start(server_dir, ["-np", "2", "-c", "4096", "--metrics", "--spec-type", "ngram-cache",
-                                "--lookup-cache-static", str(static)])
+                                "--lookup-cache-static", str(static), "--lookup-cache-dynamic", str(dynamic)])
     try:
         fast = check_same_greedy_output(server)
         assert fast["timings"]["draft_n_accepted"] > 16  # the answer copies the prompt's text
         assert f"the static lookup cache {static} holds 2 n-grams" in server.log()
+        assert f"the dynamic lookup cache {dynamic} holds 1 n-grams" in server.log()
     finally:
         assert server.stop() == 0, server.log()
     broken = tmp_path / "broken.lcs"

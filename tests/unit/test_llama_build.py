@@ -55,8 +55,8 @@ def test_cpuinfo_gives_the_model_and_flags_of_the_first_processor() -> None:
 @pytest.mark.parametrize("cpu", [AMD, INTEL, SPR], ids=["amd-avx2", "intel-avx512", "sapphire-rapids"])
 def test_the_portable_x86_build_is_the_same_runtime_dispatch_build_on_every_cpu(cpu: Cpu) -> None:
     args = cmake_args(cpu)
-    assert args == DYNAMIC_DISPATCH
-    assert {"BACKEND_DL", "CPU_ALL_VARIANTS"} <= options_on(args) and "NATIVE" not in options_on(args)
+    assert args == (*DYNAMIC_DISPATCH, "-DGGML_RPC=ON")
+    assert {"BACKEND_DL", "CPU_ALL_VARIANTS", "RPC"} <= options_on(args) and "NATIVE" not in options_on(args)
     assert missing_features(args, AMD) == []
 
 
@@ -94,13 +94,13 @@ def test_arm64_never_gets_an_x86_flag() -> None:
         args = cmake_args(AXION, target)
         assert not any(name in options_on(args) for name in ("AVX", "AVX2", "AVX512", "FMA", "F16C", "SSE42"))
     assert "-DGGML_CPU_ARM_ARCH=armv8.2-a+dotprod+fp16" in cmake_args(AXION)
-    assert cmake_args(AXION, "host") == ("-DGGML_NATIVE=ON",)
+    assert cmake_args(AXION, "host") == ("-DGGML_NATIVE=ON", "-DGGML_RPC=ON")
     assert missing_features(cmake_args(INTEL, "host"), AXION) == []
 
 
 def test_macos_builds_for_metal_and_other_systems_are_refused_with_a_reason() -> None:
     mac = Cpu(system="Darwin", arch="arm64", model="Apple M2", flags=frozenset())
-    assert cmake_args(mac) == ("-DGGML_METAL=ON",)
+    assert cmake_args(mac) == ("-DGGML_METAL=ON", "-DGGML_RPC=ON")  # every build has the RPC backend (--rpc)
     with pytest.raises(UnsupportedPlatformError, match="Windows"):
         cmake_args(Cpu(system="Windows", arch="x86_64", model="", flags=frozenset()))
     with pytest.raises(UnsupportedPlatformError, match="riscv64"):

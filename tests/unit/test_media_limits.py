@@ -72,3 +72,4 @@ def test_items_within_the_limits_and_unknown_data_pass_to_the_projector() -> Non
     for data in (real_png(), png_declaring(8000, 6000), wav_declaring(60), b"garbage"):
         check_decoded_size(data, "f", LIMITS)
     check_decoded_size(png_declaring(10_000, 10_000), "f", DecodedLimits(0, 0))  # 0: no limit
+

@@ -10,24 +10,26 @@ from __future__ import annotations
 
 import ctypes
 import logging
-import os
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any, cast
 
-from app.engine.backend import BatchEntry, BatchMedia, BatchToken, ModelInfo, SequenceState
+from app.engine.backend import BatchEntry, BatchMedia, BatchToken, SequenceState
 from app.engine.errors import DecodeError, MediaError, ModelLoadError, UnsupportedError
-from app.engine.llama.bindings import bindings_version, lc
+from app.engine.llama.bindings import lc
 from app.engine.llama.config import LlamaConfig
 from app.engine.llama.control_vectors import apply_control_vectors
-from app.engine.llama.embedder import POOLING_NAMES, LlamaEmbedder
+from app.engine.llama.draft_pick import DraftPicker
+from app.engine.llama.embedder import LlamaEmbedder
 from app.engine.llama.ggml import gpu_free_bytes, set_up_llama_cpp
 from app.engine.llama.loading import fit_to_memory, load_model
 from app.engine.llama.media import LlamaMedia
+from app.engine.llama.model_info import read_model_info
 from app.engine.llama.params import NUMA_NUMBERS, capped_slot_context, context_params
+from app.engine.llama.rpc import add_rpc_servers
 from app.engine.llama.sampler import LlamaSampler, new_sampler
 from app.engine.llama.threadpool import ThreadPools
-from app.engine.llama.vocab import LlamaVocabulary, model_meta
+from app.engine.llama.vocab import LlamaVocabulary
 from app.engine.types import (
     SamplingParams,
 )
@@ -44,6 +46,7 @@ class LlamaBackend:
 
     def __init__(self, config: LlamaConfig) -> None:
         set_up_llama_cpp(config.verbose)
+        add_rpc_servers(config.loading.rpc_servers)  # their devices before any is counted or offloaded to
         if config.loading.numa is not None:
             lc.llama_numa_init(NUMA_NUMBERS[config.loading.numa])
         n_ctx, n_gpu_layers = config.n_ctx, config.n_gpu_layers
@@ -85,6 +88,7 @@ class LlamaBackend:
         self._batch = lc.llama_batch_init(self.n_batch, 0, 1)
         self._config = config
         self.draft: LlamaBackend | None = None
+        self._picker: DraftPicker | None = None  # a draft model's picks (top_token)
         self._embedder: LlamaEmbedder | None = None
         self.media: LlamaMedia | None = None
         self._mixed: Any = None  # the llama_batch_ext for decodes that carry media rows
@@ -92,16 +96,11 @@ class LlamaBackend:
         self._lora: tuple[float, ...] = ()
         self._attach(config)
         self.vocab = LlamaVocabulary(self._model, vocab)
-        self.info = self._read_info(config.model_path, vocab)
+        self.info = read_model_info(self._model, config.model_path, vocab, self.vocab)
         self.can_rewind = not (lc.llama_model_is_recurrent(self._model) or lc.llama_model_is_hybrid(self._model))
         if config.warmup:
             self._warm_up(vocab)
-        if config.draft is not None:
-            try:
-                self.draft = self._load_draft(config.draft, shares)
-            except ModelLoadError:
-                self.close()
-                raise
+        self.draft = self._load_draft(config.draft, shares) if config.draft is not None else None
 
     def _attach(self, config: LlamaConfig) -> None:
         """The LoRA adapters and the multimodal projector of ``config``; a failure frees what was loaded."""
@@ -130,9 +129,14 @@ class LlamaBackend:
 
     def _load_draft(self, config: LlamaConfig, shares: int) -> LlamaBackend:
         """The draft model, with a sequence per slot and this context's length; refused when its
-        vocabulary is not this model's (llama.cpp's check: type, BOS/EOS, the same pieces)."""
-        draft = LlamaBackend(replace(config, n_seq=self.n_seq, n_ctx=self.n_ctx_seq * shares,
-                                     kv_unified=self.kv_unified))
+        vocabulary is not this model's (llama.cpp's check: type, BOS/EOS, the same pieces). This
+        model is closed when the draft cannot be had."""
+        try:
+            draft = LlamaBackend(replace(config, n_seq=self.n_seq, n_ctx=self.n_ctx_seq * shares,
+                                         kv_unified=self.kv_unified))
+        except ModelLoadError:
+            self.close()
+            raise
         ours, theirs = self.info, draft.info
         mismatch = ""
         if (ours.vocab_type, ours.bos_token, ours.eos_token) != (theirs.vocab_type, theirs.bos_token,
@@ -147,14 +151,16 @@ class LlamaBackend:
                 mismatch = f"token {different} differs"
         if mismatch:
             draft.close()
+            self.close()
             raise ModelLoadError(f"the draft model {config.model_path} cannot draft for this model: {mismatch}")
         log.info("draft model loaded: %s (%s slots of %s tokens)", theirs.name, draft.n_seq, draft.n_ctx_seq)
+        draft._picker = DraftPicker(draft._ctx, draft.n_seq, draft.vocab.n_vocab, config.pick_in_graph)
         return draft
 
     def top_token(self, batch_index: int) -> tuple[int, float]:
-        from app.engine.llama.logits import greedy_token  # numpy: imported by the worker once ready
-
-        return greedy_token(self._ctx, batch_index, self.vocab.n_vocab)
+        if self._picker is None:  # a model that is not the draft model (tests ask it too)
+            self._picker = DraftPicker(self._ctx, self.n_seq, self.vocab.n_vocab, offload=False)
+        return self._picker.pick(batch_index)
 
     def _warm_up(self, vocab: Any) -> None:
         """One throw-away decode, as llama-server does, so the first request does not pay for the
@@ -163,44 +169,6 @@ class LlamaBackend:
         self.decode([BatchToken(token if token >= 0 else 0, 0, 0, True)])
         lc.llama_memory_clear(self._memory, True)
         log.info("warm-up: one throw-away decode done (--no-warmup skips it)")
-
-    def _declared_pooling(self) -> str:
-        """The pooling the model's metadata declares (rank for rerankers), or "unspecified"."""
-        arch = model_meta(self._model, "general.architecture") or ""
-        value = model_meta(self._model, f"{arch}.pooling_type")
-        try:
-            return POOLING_NAMES.get(int(value), "unspecified") if value is not None else "unspecified"
-        except ValueError:
-            return "unspecified"
-
-    def _read_info(self, path: str, vocab: Any) -> ModelInfo:
-        desc = ctypes.create_string_buffer(256)
-        lc.llama_model_desc(self._model, desc, len(desc))
-        bos = lc.llama_vocab_bos(vocab)
-        eos = lc.llama_vocab_eos(vocab)
-        template = lc.llama_model_chat_template(self._model, None)
-        rerank = lc.llama_model_chat_template(self._model, b"rerank")
-        return ModelInfo(
-            path=path,
-            name=model_meta(self._model, "general.name") or os.path.basename(path),
-            vocab_type=int(lc.llama_vocab_type(vocab)),
-            n_vocab=self.vocab.n_vocab,
-            n_ctx_train=int(lc.llama_model_n_ctx_train(self._model)),
-            n_embd=int(lc.llama_model_n_embd(self._model)),
-            n_params=int(lc.llama_model_n_params(self._model)),
-            size=int(lc.llama_model_size(self._model)),
-            bos_token=self.vocab.piece(bos, True).decode("utf-8", "replace") if bos >= 0 else "",
-            eos_token=self.vocab.piece(eos, True).decode("utf-8", "replace") if eos >= 0 else "",
-            add_bos=bool(lc.llama_vocab_get_add_bos(vocab)),
-            chat_template=template.decode("utf-8", "replace") if template else None,
-            description=desc.value.decode("utf-8", "replace"),
-            build_info=f"b{bindings_version()}-llama-cpp-python",
-            pooling=self._declared_pooling(),
-            ftype=(lc.llama_ftype_name(lc.llama_model_ftype(self._model)) or b"").decode("utf-8", "replace"),
-            add_eos=bool(lc.llama_vocab_get_add_eos(vocab)),
-            add_sep=bool(lc.llama_vocab_get_add_sep(vocab)),
-            rerank_template=rerank.decode("utf-8", "replace") if rerank else None,
-        )
 
     def decode(self, batch: Sequence[BatchEntry]) -> None:
         if any(isinstance(entry, BatchMedia) for entry in batch):
@@ -374,6 +342,9 @@ class LlamaBackend:
         if self.draft is not None:
             self.draft.close()
             self.draft = None
+        if self._picker is not None:
+            self._picker.close()
+            self._picker = None
         if self.media is not None:
             self.media.close()
             self.media = None

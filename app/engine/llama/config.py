@@ -34,6 +34,15 @@ class ThreadPlacement:
     poll: int = 50
 
 
+def split_endpoint(endpoint: str) -> tuple[str, int]:
+    """An RPC server's HOST:PORT (an IPv6 host in brackets) as a host and a port; ValueError when it is not
+    one (--rpc's one rule)."""
+    host, sep, port = endpoint.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"{endpoint!r} is not HOST:PORT")
+    return host.removeprefix("[").removesuffix("]"), int(port)
+
+
 @dataclass(frozen=True)
 class LoadConfig:
     """How the model file is read and placed; llama.cpp's defaults by default."""
@@ -50,6 +59,7 @@ class LoadConfig:
     numa: str | None = None  # NUMA_STRATEGIES; None: no NUMA initialisation
     tensor_overrides: tuple[TensorOverride, ...] = ()  # the first that matches a tensor places it
     devices: tuple[str, ...] | None = None  # ggml's device names to offload to; None: every one, (): none
+    rpc_servers: tuple[str, ...] = ()  # HOST:PORT of rpc-servers whose devices are registered first (--rpc)
 
 
 @dataclass(frozen=True)
@@ -116,4 +126,5 @@ class LlamaConfig:
     warmup: bool = True
     perf: bool = True  # libllama's performance timings (no_perf off)
     fit: FitConfig = field(default_factory=FitConfig)
+    pick_in_graph: bool = False  # as a draft model: its top-k runs in its graph (--spec-draft-backend-sampling)
     draft: LlamaConfig | None = None  # the draft model (-md); its slots and context follow this one's

@@ -196,7 +196,7 @@ def gpu_free_bytes() -> list[int]:
     return free
 
 
-def _ggml_or_fail() -> ctypes.CDLL:
+def ggml_library() -> ctypes.CDLL:
     ggml = _open_ggml(_lib_dir())
     if ggml is None:
         raise ModelLoadError("ggml's library was not found: device lists and tensor overrides cannot be resolved")
@@ -206,7 +206,7 @@ def _ggml_or_fail() -> ctypes.CDLL:
 def cpu_backend_function(name: str, restype: Any, argtypes: list[Any]) -> Any:
     """A function of ggml's CPU backend (``ggml_threadpool_new``, ...), found through its registry, as
     llama.cpp's own programs find it (a runtime-dispatch build loads the backend as a library)."""
-    ggml = _ggml_or_fail()
+    ggml = ggml_library()
     device = ggml.ggml_backend_dev_by_type(GGML_DEVICE_CPU)
     address = ggml.ggml_backend_reg_get_proc_address(ggml.ggml_backend_dev_backend_reg(device), name.encode()) \
         if device else None
@@ -217,7 +217,7 @@ def cpu_backend_function(name: str, restype: Any, argtypes: list[Any]) -> Any:
 
 def buffer_types() -> dict[str, int]:
     """Every device's buffer type by its name (``CPU``, ``CUDA0``, ...), as --override-tensor names them."""
-    ggml = _ggml_or_fail()
+    ggml = ggml_library()
     types: dict[str, int] = {}
     for index in range(ggml.ggml_backend_dev_count()):
         buft = ggml.ggml_backend_dev_buffer_type(ggml.ggml_backend_dev_get(index))
@@ -228,7 +228,7 @@ def buffer_types() -> dict[str, int]:
 
 def offload_device(name: str) -> int:
     """The device --device names (a GPU or another accelerator, never the CPU); ModelLoadError otherwise."""
-    ggml = _ggml_or_fail()
+    ggml = ggml_library()
     device = ggml.ggml_backend_dev_by_name(name.encode())
     if not device or ggml.ggml_backend_dev_type(device) == GGML_DEVICE_CPU:
         known = ", ".join(line.split(":")[0].strip() for line in describe_devices()) or "none"
@@ -238,7 +238,7 @@ def offload_device(name: str) -> int:
 
 def describe_devices() -> list[str]:
     """The devices a model can be offloaded to, one line each, as llama-server's --list-devices prints them."""
-    ggml = _ggml_or_fail()
+    ggml = ggml_library()
     lines = []
     for index in range(ggml.ggml_backend_dev_count()):
         device = ggml.ggml_backend_dev_get(index)

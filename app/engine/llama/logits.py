@@ -1,5 +1,5 @@
 """What is read from a row of logits with numpy: log-probabilities, the chain's candidates with
-their probabilities, the greedy token and its probability (a draft's pick).
+their probabilities, a draft's pick (the likeliest token and its probability among the top ten).
 
 The only module of the backend that imports numpy (0.05-0.1 s): the sampler and the backend import it
 when a request first asks for probabilities or a draft, and the worker imports it on a thread of its
@@ -35,11 +35,24 @@ def logits_row(ctx: Any, batch_index: int, n_vocab: int) -> Logits:
     return _row_view(ctx, batch_index, n_vocab).copy()
 
 
-def greedy_token(ctx: Any, batch_index: int, n_vocab: int) -> tuple[int, float]:
-    """The most likely token of a row and its probability (softmax of the raw logits)."""
+def draft_pick(ctx: Any, batch_index: int, n_vocab: int, top_k: int) -> tuple[int, float]:
+    """A draft's pick from a whole row: the most likely token and its probability among the ``top_k`` most
+    likely (llama.cpp's draft sampler: top-k, then the softmax over what is left)."""
     row = _row_view(ctx, batch_index, n_vocab)
-    best = int(row.argmax())
-    return best, float(1.0 / np.exp(row - row[best]).sum())
+    k = min(top_k, n_vocab)
+    ids = np.argpartition(-row, k - 1)[:k] if k < n_vocab else np.arange(n_vocab)
+    return _best_of(row[ids], ids)
+
+
+def sampled_pick(logits: Any, ids: Any, count: int) -> tuple[int, float]:
+    """A draft's pick from the candidates a top-k chain left in the graph (backend sampling): their
+    logits and token ids, ``count`` of each."""
+    return _best_of(np.ctypeslib.as_array(logits, shape=(count,)), np.ctypeslib.as_array(ids, shape=(count,)))
+
+
+def _best_of(logits: Logits, ids: Any) -> tuple[int, float]:
+    best = int(logits.argmax())
+    return int(ids[best]), float(1.0 / np.exp(logits.astype(np.float64) - float(logits[best])).sum())
 
 
 def top_logprobs(logits: Logits, token: int, n: int) -> TokenProbs:

@@ -30,13 +30,14 @@ _MPEG_TS_PACKET = 188
 
 def looks_like_video(data: bytes) -> bool:
     """Whether the bytes begin as a video container ffmpeg reads: MP4/MOV/3GP (an ``ftyp``, ``moov``,
-    ``mdat``, ``wide`` or ``free`` box first), Matroska/WebM, AVI, MPEG program or transport stream, FLV,
-    Ogg."""
+    ``mdat``, ``wide`` or ``free`` box first), Matroska/WebM, AVI, MPEG program or transport stream (three
+    packets' sync bytes), FLV, Ogg."""
     return (data[4:8] in (b"ftyp", b"moov", b"mdat", b"wide", b"free")
             or data[:4] == b"\x1a\x45\xdf\xa3"
             or (data[:4] == b"RIFF" and data[8:12] == b"AVI ")
             or data[:4] == b"\x00\x00\x01\xba"
-            or (len(data) > _MPEG_TS_PACKET and data[0] == 0x47 and data[_MPEG_TS_PACKET] == 0x47)
+            or (len(data) > 2 * _MPEG_TS_PACKET and data[:3] != b"GIF"  # a GIF starts with 0x47 too
+                and data[0] == data[_MPEG_TS_PACKET] == data[2 * _MPEG_TS_PACKET] == 0x47)
             or data[:3] == b"FLV"
             or data[:4] == b"OggS")
 
@@ -138,6 +139,14 @@ class VideoFrames:
                                          "shorter or smaller video, or raise --media-max-pixels")
 
     def _next(self, _: int, __: Any, out_bitmap: Any, out_text: Any) -> int:
+        try:
+            return self._read(out_bitmap, out_text)
+        except Exception as exc:  # an error must not cross into libmtmd (ctypes would answer 0: "go on")
+            log.exception("reading a video's frames failed")
+            self.refusal = f"the video's frames could not be read ({type(exc).__name__})"
+            return -2
+
+    def _read(self, out_bitmap: Any, out_text: Any) -> int:
         code = int(mt.mtmd_helper_video_read_next(self._video, out_bitmap, out_text))
         frame = out_bitmap[0]
         if code != 0 or not frame:
