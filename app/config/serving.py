@@ -23,7 +23,7 @@ class ServingSettings:
         "total context size in tokens (0 = from the model); each slot gets ctx-size / parallel",
         env="LLAMA_ARG_CTX_SIZE", minimum=0)
     n_parallel: int = option(("-np", "--parallel"), "int", -1,
-        "number of slots, i.e. sequences decoded together (-1 = auto: 4)",
+        "number of slots, i.e. sequences decoded together (-1 = auto: 4 sharing one KV cache, as -kvu)",
         env="LLAMA_ARG_N_PARALLEL", minimum=-1)
     batch_size: int = option(("-b", "--batch-size"), "int", 2048,
         "logical batch size: most tokens in one decode step", env="LLAMA_ARG_BATCH", minimum=1)
@@ -31,7 +31,8 @@ class ServingSettings:
         "physical batch size", env="LLAMA_ARG_UBATCH", minimum=1)
     kv_unified: bool = option(("-kvu", "--kv-unified"), "bool", False,
         "one KV cache that every slot shares: a slot may take the whole --ctx-size while the others leave "
-        "room (default: per-slot cells of ctx-size / parallel, so batched output equals solo output)",
+        "room (default: on when --parallel is auto, as llama-server, whatever -no-kvu says; with --parallel N, "
+        "per-slot cells of ctx-size / parallel, so batched output equals solo output)",
         env="LLAMA_ARG_KV_UNIFIED", negative_flags=("-no-kvu", "--no-kv-unified"))
     kv_unified_per_slot: int = option(("--kv-unified-per-slot",), "int", 0,
         "most tokens one slot's context holds (0: unset); without --ctx-size the context is --parallel x N (with "
@@ -173,6 +174,11 @@ class ServingSettings:
         if self.ctx_size == 0 and self.kv_unified_per_slot > 0:
             return self.slot_count * self.kv_unified_per_slot
         return self.ctx_size
+
+    @property
+    def shared_kv(self) -> bool:
+        """Whether the slots share one KV cache: -kvu, or --parallel auto (llama-server sets kv_unified there)."""
+        return self.kv_unified or self.n_parallel == -1
 
     @property
     def slot_count(self) -> int:

@@ -262,8 +262,11 @@ def test_context_flags_reach_llama_cpps_context_parameters() -> None:
     assert (params.offload_kqv, params.op_offload, params.swa_full, params.kv_unified) == (False, False, True, True)
     assert (params.n_ctx, params.n_seq_max, params.type_k, params.flash_attn_type) == (4096, 3, 8, 1)
     defaults = context_params(llama_config(parse(), "/models/m.gguf"), 1024)
+    # --parallel auto: 4 slots sharing one cache, as llama-server sets kv_unified there (whatever -no-kvu says)
     assert (defaults.offload_kqv, defaults.op_offload, defaults.swa_full, defaults.kv_unified) == (True, True, False,
-                                                                                                  False)
+                                                                                                  True)
+    assert context_params(llama_config(parse("-no-kvu"), "m"), 1024).kv_unified
+    assert not context_params(llama_config(parse("-np", "4"), "m"), 1024).kv_unified
     assert not defaults.no_perf  # libllama's timings on, as llama-server's default
     assert context_params(llama_config(parse("--no-perf"), "m"), 1024).no_perf
     assert context_params(llama_config(parse_settings([], {"LLAMA_ARG_PERF": "0"}), "m"), 1024).no_perf
