@@ -71,6 +71,7 @@ class FakeSampler:
         self.params = params
         self.freed = False
         self.accepted: list[int] = []  # forced tokens
+        self.draft_room: int | None = None
 
     def sample(self, batch_index: int) -> Sampled:
         token = self.backend.next_token(batch_index, self.params)

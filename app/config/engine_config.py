@@ -91,6 +91,7 @@ def llama_config(settings: Settings, model_path: str, mmproj_path: str | None = 
         image_max_tokens=settings.image_max_tokens,
         mtmd_batch_max_tokens=settings.mtmd_batch_max_tokens,
         media_marker=settings.media_marker or f"<__media_{secrets.token_hex(8)}__>",
+        outputs_per_seq=1 + settings.speculation.longest_draft,
         video=VideoConfig(fps=settings.video_fps, timestamp_interval_ms=settings.video_timestamp_interval,
                           ffmpeg_dir=settings.video_ffmpeg_dir, max_pixels=settings.media_max_pixels,
                           max_seconds=settings.media_max_seconds),

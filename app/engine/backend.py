@@ -117,6 +117,11 @@ class Sampler(Protocol):
 
     def free(self) -> None: ...
 
+    @property
+    def draft_room(self) -> int | None:
+        """The longest draft one step may verify with this sampler (its chain in the graph takes only so many
+        outputs a sequence); None: no bound of its own."""
+
 
 class Vocabulary(Protocol):
     """Read-only tokenizer access; safe to call from any thread."""

@@ -165,7 +165,8 @@ class Scheduler(Admission):
             request = slot.job.request
             if slot.media:  # a draft cannot see an image's rows
                 continue
-            limit = min(self.backend.n_ctx_seq - len(slot.cached) - 2, share)
+            room = slot.sampler.draft_room if slot.sampler is not None else None  # a chain in the graph's bound
+            limit = min(self.backend.n_ctx_seq - len(slot.cached) - 2, share, share if room is None else room)
             if request.n_predict >= 0:
                 limit = min(limit, request.n_predict - len(slot.generation.tokens) - 1)
             if limit > 0:

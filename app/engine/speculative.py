@@ -77,11 +77,15 @@ class SpeculationOptions:
                 **{kind: self.ngram_map[kind][1] for kind in MAP_TYPES}, "ngram-cache": N_DRAFT}
 
     @property
+    def longest_draft(self) -> int:
+        """The longest draft the server's drafters make (0 without speculation); a request may ask for less."""
+        return max((self.n_max_by_type[kind] for kind in self.types), default=0)
+
+    @property
     def synthetic_acceptance(self) -> tuple[float, ...]:
         """The conditional keep probability of each draft position (llama-server's synth_probs); () when off.
         SyntheticAcceptanceError for rates llama-server refuses (the settings check it at start)."""
-        n_max = max((self.n_max_by_type[kind] for kind in self.types), default=0)
-        return conditional(resolve_rates(self.synth_len, self.synth_rates, n_max))
+        return conditional(resolve_rates(self.synth_len, self.synth_rates, self.longest_draft))
 
 
 @dataclass(frozen=True)

@@ -71,3 +71,28 @@ def test_what_the_graph_cannot_do_samples_on_the_cpu(server: Server, extra: dict
         json.loads(text(answer))
     if "logprobs" in extra:
         assert len(answer["choices"][0]["logprobs"]["content"]) == answer["usage"]["completion_tokens"]
+
+
+def test_speculation_verifies_drafts_with_the_graphs_sampler(server_dir: Path) -> None:
+    """A draft's tokens are verified with the chain in the graph too: the context takes 1 + the longest draft
+    outputs a sequence (llama-server's sizing), and a request asking for longer drafts is held to it."""
+    from tests.integration.test_speculative import PROMPT
+
+    server = start(server_dir, ["-bs", "-v", "-np", "1", "-c", "4096", "--spec-type", "ngram-simple"])
+    try:
+        def complete(**extra: Any) -> dict[str, Any]:
+            reply = requests.post(server.url("/completion"), timeout=300, json={
+                "prompt": PROMPT, "n_predict": 64, "temperature": 0, "cache_prompt": False, **extra})
+            assert reply.status_code == 200, reply.text[:300]
+            body: dict[str, Any] = reply.json()
+            return body
+
+        before = server.log().count(PICKED)
+        on = complete()
+        assert server.log().count(PICKED) > before
+        longer = complete(**{"speculative.n_max": 64})
+        off = complete(backend_sampling=False)
+        assert on["content"] == longer["content"] == off["content"]
+        assert on["timings"]["draft_n_accepted"] > 16 and longer["timings"]["draft_n"] > 0
+    finally:
+        assert server.stop() == 0, server.log()

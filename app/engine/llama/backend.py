@@ -240,7 +240,7 @@ class LlamaBackend:
     def new_sampler(self, params: SamplingParams, seq: int | None = None) -> LlamaSampler:
         sampler = new_sampler(params, self._ctx, self.vocab, self.n_ctx_seq, self._config.perf)
         if seq is not None:
-            sampler.offload(seq)
+            sampler.offload(seq, self._config.outputs_per_seq - 1)
         return sampler
 
     def copy_sequence(self, source: int, target: int) -> None:

@@ -126,5 +126,6 @@ class LlamaConfig:
     warmup: bool = True
     perf: bool = True  # libllama's performance timings (no_perf off)
     fit: FitConfig = field(default_factory=FitConfig)
+    outputs_per_seq: int = 1  # a sequence's most outputs in one decode with its sampler in the graph: 1 + longest draft
     pick_in_graph: bool = False  # as a draft model: its top-k runs in its graph (--spec-draft-backend-sampling)
     draft: LlamaConfig | None = None  # the draft model (-md); its slots and context follow this one's

@@ -110,6 +110,9 @@ def context_params(config: LlamaConfig, n_ctx: int) -> Any:
     params.n_batch = config.n_batch
     params.n_ubatch = min(config.n_ubatch, config.n_batch)
     params.n_seq_max = config.n_seq
+    # a sequence whose sampler runs in the graph may have this many outputs in one decode (its token and a
+    # draft), as llama-server sizes it (common_speculative_get_output_limits)
+    params.n_outputs_max_per_seq = max(1, min(config.n_batch, config.outputs_per_seq))
     params.n_threads = config.n_threads
     params.n_threads_batch = config.n_threads_batch
     params.kv_unified = config.kv_unified

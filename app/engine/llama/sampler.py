@@ -22,14 +22,17 @@ class LlamaSampler:
         self._n_probs = n_probs
         self._post_sampling = post_sampling
         self._seq: int | None = None  # the sequence whose graph runs the chain (backend sampling)
+        self.draft_room: int | None = None  # the longest draft a step may verify (None: no bound of its own)
 
-    def offload(self, seq: int) -> bool:
+    def offload(self, seq: int, draft_room: int) -> bool:
         """Run the chain in the model's graph for ``seq`` (llama.cpp's backend sampling: the stages it can
         run there, from the first, run on the model's device, the rest on the CPU over what they leave;
-        ``llama_sampler_sample`` then reads the token it picked). False where llama.cpp cannot (it logs
-        why), and the chain samples on the CPU as without it."""
+        ``llama_sampler_sample`` then reads the token it picked). A step may then verify at most
+        ``draft_room`` draft tokens for the sequence (the context's outputs a sequence, set at load). False
+        where llama.cpp cannot (it logs why), and the chain samples on the CPU as without it."""
         if lc.llama_set_sampler(self._ctx, seq, self._chain):
             self._seq = seq
+            self.draft_room = draft_room  # llama.cpp refuses a decode with more outputs for the sequence
         return self._seq is not None
 
     @property
