@@ -21,7 +21,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from app.host.llama_build import cmake_args, pinned_version, this_cpu  # noqa: E402
+from app.host.llama_build import EVERY_BUILD, cmake_args, pinned_version, this_cpu  # noqa: E402
 
 SERVER_OPTIONS = ("-DCMAKE_BUILD_TYPE=Release", "-DLLAMA_USE_PREBUILT_UI=OFF", "-DLLAMA_BUILD_UI=OFF",
                   "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF", "-DLLAMA_CURL=OFF", "-DLLAMA_OPENSSL=OFF")
@@ -33,8 +33,10 @@ def cache_root() -> Path:
 
 
 def build_args() -> tuple[str, ...]:
-    """The project's own CPU flags (its install folder option dropped), then the server's."""
-    flags = tuple(arg for arg in cmake_args(this_cpu()) if not arg.startswith("-DCMAKE_INSTALL_"))
+    """The project's own CPU flags (its install folder option and the RPC backend, which no benchmark uses,
+    dropped), then the server's."""
+    flags = tuple(arg for arg in cmake_args(this_cpu()) if not arg.startswith("-DCMAKE_INSTALL_")
+                  and arg not in EVERY_BUILD)
     return (*flags, *SERVER_OPTIONS)
 
 

@@ -105,6 +105,8 @@ def render_prompt(ctx: ServerContext, body: ChatBody, plan: ToolPlan | None = No
     renders_tools = template_renders_tools(template.source)
     collected = media if media is not None else []
     messages = messages_for_template(template_messages(ctx, body, collected), plan, renders_tools)
+    if not ctx.chat_template_caps.get("supports_system_role", True):
+        messages = merged_system_message(messages)
     tools = [tool.model_dump(exclude_none=True) for tool in plan.tools] if plan and renders_tools else None
     kwargs = {**ctx.settings.template_kwargs, **(body.chat_template_kwargs or {}),
               **_effort(body.reasoning_effort or ctx.settings.reasoning_effort)} or None
@@ -114,6 +116,17 @@ def render_prompt(ctx: ServerContext, body: ChatBody, plan: ToolPlan | None = No
         head = template.render(messages[:-1], True, tools, kwargs)
         return head + str(messages[-1]["content"])
     return template.render(messages, body.add_generation_prompt, tools, kwargs)
+
+
+def merged_system_message(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """For a template that takes no system role (Gemma 2's refuses one), llama.cpp's workaround: the system
+    message's text goes before the next message's, on a line of its own; a system message alone is left out."""
+    if not messages or messages[0].get("role") != "system":
+        return messages
+    if len(messages) == 1:
+        return []
+    first, second = messages[0], messages[1]
+    return [{**second, "content": f"{first.get('content') or ''}\n{second.get('content') or ''}"}, *messages[2:]]
 
 
 def _effort(effort: str | None) -> dict[str, Any]:

@@ -1,7 +1,8 @@
 """Chat prompts: the model's Jinja chat template (or llama.cpp's built-in formats with --no-jinja).
 
 Templates are rendered in Jinja's immutable sandbox with the helpers Hugging Face templates expect
-(``raise_exception``, ``strftime_now``, a ``tojson`` that does not HTML-escape).
+(``raise_exception``, ``strftime_now``, a ``tojson`` that does not HTML-escape), and transformers'
+``{% generation %}`` blocks rendered as their content, as llama.cpp's Jinja does.
 """
 
 from __future__ import annotations
@@ -13,6 +14,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import jinja2
+from jinja2 import nodes
+from jinja2.ext import Extension
+from jinja2.parser import Parser
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from app.protocol.errors import InvalidRequestError
@@ -29,6 +33,19 @@ BuiltinRenderer = Callable[[str | None, Sequence[tuple[str, str]], bool], str]
 
 class TemplateError(Exception):
     """The configured chat template cannot be used (reported at start-up)."""
+
+
+class GenerationBlocks(Extension):
+    """``{% generation %}...{% endgeneration %}``: Hugging Face transformers' marks around what the assistant
+    generated (for training masks). llama.cpp's Jinja ignores the tags and renders what is inside; so does
+    this (LFM2.5's and Laguna's templates use them)."""
+
+    tags = {"generation"}
+
+    def parse(self, parser: Parser) -> nodes.Node:
+        lineno = next(parser.stream).lineno
+        body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
+        return nodes.Scope(body, lineno=lineno)
 
 
 def _raise_exception(message: str) -> None:
@@ -110,7 +127,7 @@ class ChatTemplate:
         self._template: jinja2.Template | None = None
         if choice.jinja_source is not None:
             env = ImmutableSandboxedEnvironment(
-                trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"]
+                trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols", GenerationBlocks]
             )
             env.filters["tojson"] = _tojson
             env.globals["raise_exception"] = _raise_exception

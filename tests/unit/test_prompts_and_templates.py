@@ -80,6 +80,27 @@ def test_template_helpers_and_errors() -> None:
         template.render([{"role": "system", "content": "x"}])
 
 
+def test_generation_blocks_render_their_content() -> None:
+    """transformers' ``{% generation %}`` marks (LFM2.5's and Laguna's templates) render what they hold, as in
+    llama.cpp's Jinja; without the extension such a template did not parse and the server did not start."""
+    source = ("{% for m in messages %}{% if m.role == 'assistant' %}{% generation %}[{{ m.content }}]"
+              "{% endgeneration %}{% else %}{{ m.content }}{% endif %}{% endfor %}")
+    template = ChatTemplate(TemplateChoice(source, None), "", "", builtin)
+    assert template.render([{"role": "user", "content": "u"}, {"role": "assistant", "content": "a"}]) == "u[a]"
+
+
+def test_a_template_without_a_system_role_gets_it_merged_as_in_llama_cpp() -> None:
+    """Gemma 2's template refuses a system message; llama.cpp puts its text before the next message's, on a line
+    of its own (a system message alone is dropped)."""
+    from app.handlers.chat_pipeline import merged_system_message
+
+    system, user = {"role": "system", "content": "Be terse."}, {"role": "user", "content": "Hi"}
+    assert merged_system_message([system, user, {"role": "assistant", "content": "Yo"}]) == [
+        {"role": "user", "content": "Be terse.\nHi"}, {"role": "assistant", "content": "Yo"}]
+    assert merged_system_message([system]) == []
+    assert merged_system_message([user]) == [user]
+
+
 def test_a_broken_template_fails_at_start_up() -> None:
     with pytest.raises(TemplateError):
         ChatTemplate(TemplateChoice("{% for %}", None), "", "", builtin)
