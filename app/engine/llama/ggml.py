@@ -123,6 +123,11 @@ def _open_ggml(lib_dir: Path) -> ctypes.CDLL | None:
             ggml.ggml_backend_dev_backend_reg.restype = ctypes.c_void_p
             ggml.ggml_backend_reg_get_proc_address.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
             ggml.ggml_backend_reg_get_proc_address.restype = ctypes.c_void_p
+            ggml.ggml_backend_reg_by_name.argtypes = [ctypes.c_char_p]
+            ggml.ggml_backend_reg_by_name.restype = ctypes.c_void_p
+            ggml.ggml_backend_register.argtypes = [ctypes.c_void_p]
+            ggml.ggml_backend_reg_dev_count.argtypes = [ctypes.c_void_p]
+            ggml.ggml_backend_reg_dev_count.restype = ctypes.c_size_t
             _ggml = ggml
             return ggml
     return None
@@ -208,10 +213,21 @@ def cpu_backend_function(name: str, restype: Any, argtypes: list[Any]) -> Any:
     llama.cpp's own programs find it (a runtime-dispatch build loads the backend as a library)."""
     ggml = ggml_library()
     device = ggml.ggml_backend_dev_by_type(GGML_DEVICE_CPU)
-    address = ggml.ggml_backend_reg_get_proc_address(ggml.ggml_backend_dev_backend_reg(device), name.encode()) \
-        if device else None
+    return _registry_function(ggml.ggml_backend_dev_backend_reg(device) if device else None, "ggml's CPU backend",
+                              name, restype, argtypes)
+
+
+def backend_function(registry: str, name: str, restype: Any, argtypes: list[Any]) -> Any:
+    """A function of the ggml backend registered as ``registry`` (``RPC``: ``ggml_backend_rpc_add_server``,
+    ...), found through that registry; ModelLoadError where the build has no such backend or function."""
+    return _registry_function(ggml_library().ggml_backend_reg_by_name(registry.encode()),
+                              f"ggml's {registry} backend", name, restype, argtypes)
+
+
+def _registry_function(registry: int | None, what: str, name: str, restype: Any, argtypes: list[Any]) -> Any:
+    address = ggml_library().ggml_backend_reg_get_proc_address(registry, name.encode()) if registry else None
     if not address:
-        raise ModelLoadError(f"ggml's CPU backend has no {name}")
+        raise ModelLoadError(f"{what} has no {name}")
     return ctypes.CFUNCTYPE(restype, *argtypes)(address)
 
 

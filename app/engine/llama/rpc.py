@@ -15,7 +15,7 @@ import threading
 
 from app.engine.errors import ModelLoadError
 from app.engine.llama.config import split_endpoint
-from app.engine.llama.ggml import ggml_library
+from app.engine.llama.ggml import backend_function, ggml_library
 
 log = logging.getLogger("app.engine.llama")
 
@@ -38,18 +38,12 @@ def add_rpc_servers(endpoints: tuple[str, ...]) -> None:
     if not endpoints:
         return
     with _lock:
-        ggml = ggml_library()
-        ggml.ggml_backend_reg_by_name.argtypes = [ctypes.c_char_p]
-        ggml.ggml_backend_reg_by_name.restype = ctypes.c_void_p
-        ggml.ggml_backend_register.argtypes = [ctypes.c_void_p]
-        ggml.ggml_backend_reg_dev_count.argtypes = [ctypes.c_void_p]
-        ggml.ggml_backend_reg_dev_count.restype = ctypes.c_size_t
-        registry = ggml.ggml_backend_reg_by_name(b"RPC")
-        address = ggml.ggml_backend_reg_get_proc_address(registry, b"ggml_backend_rpc_add_server") if registry else 0
-        if not address:
+        try:
+            add_server = backend_function("RPC", "ggml_backend_rpc_add_server", ctypes.c_void_p, [ctypes.c_char_p])
+        except ModelLoadError:
             raise ModelLoadError("--rpc: this llama.cpp build has no RPC backend (build llama-cpp-python with "
-                                 "-DGGML_RPC=ON: bash scripts/dev.sh install does)")
-        add_server = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_char_p)(address)
+                                 "-DGGML_RPC=ON: bash scripts/dev.sh install does)") from None
+        ggml = ggml_library()
         for endpoint in endpoints:
             if endpoint in _added:
                 continue

@@ -35,10 +35,6 @@ class LlamaSampler:
             self.draft_room = draft_room  # llama.cpp refuses a decode with more outputs for the sequence
         return self._seq is not None
 
-    @property
-    def offloaded(self) -> bool:
-        return self._seq is not None
-
     def sample(self, batch_index: int) -> Sampled:
         if self._n_probs <= 0:
             return Sampled(int(lc.llama_sampler_sample(self._chain, self._ctx, batch_index)))
