@@ -1,6 +1,7 @@
 """Time to first token, this server against llama-server (bench/llama_server.py), in one run.
 
     .venv/bin/python bench/first_token.py [--runs 40] [--threads 2] [--slots 16] [--ctx-size 16384]
+                                          [--revision REV ...] [--ours-only]
 
 Both servers up at once with the same flags (``-np 16 -c 16384 -t 2`` by default, as issue 29 measured),
 taking turns request by request so that the machine's drift falls on both alike: three warm-up chats
@@ -9,8 +10,16 @@ each, then ``--runs`` streamed chats of 16 tokens (temperature 0) for each case,
 - ``short``: four different short questions in turn (each a new conversation);
 - ``cached prefix``: the same long system prompt (about 600 tokens) with a different question each
   time, so that the prefix comes from the slot's KV cells (or the prompt cache);
+- ``same question``: one short question every time, after the warm-up (the measurement issue 29 was
+  filed on: bench/report.py's row then), so that all but its last token come from the slot;
 - ``one token``: a chat that asks for a single token, so the whole time is the request's overhead and
   its prompt.
+
+``--revision REV`` (repeatable) adds this server as it was at a git revision (a detached worktree of it,
+run with this checkout's virtualenv), up at once with the others and taking the same turns: how the
+regression of issue 29 was bisected (docs/performance.md, "First token"). A revision older than the
+virtualenv's packages takes them from a folder first, ``--revision REV=DIR`` (``pip install --target
+DIR gunicorn==23.0.0`` for those before gunicorn 27, 59dc13c).
 
 Prints the median, the 10th and 90th percentiles, the minimum and the maximum of each, and the ratio of
 the medians ours / llama-server. The server's own ``timings.prompt_ms`` of each answer is also
@@ -25,9 +34,11 @@ import argparse
 import contextlib
 import json
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -70,6 +81,7 @@ CASES: dict[str, Case] = {
     "short": lambda i: ([{"role": "user", "content": SHORT[i % len(SHORT)]}], 16),
     "cached prefix": lambda i: ([{"role": "system", "content": SYSTEM},
                                  {"role": "user", "content": SHORT[i % len(SHORT)]}], 16),
+    "same question": lambda i: ([{"role": "user", "content": SHORT[0]}], 16),
     "one token": lambda i: ([{"role": "user", "content": SHORT[i % len(SHORT)]}], 1),
 }
 
@@ -93,6 +105,27 @@ def measure(bases: dict[str, str], runs: int) -> dict[str, dict[str, tuple[list[
     return results
 
 
+@contextlib.contextmanager
+def worktree(revision: str) -> Iterator[Path]:
+    """A detached checkout of ``revision`` beside this one, removed afterwards."""
+    folder = Path(tempfile.mkdtemp(prefix="first-token-")) / revision
+    subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "--quiet", str(folder), revision],
+                   check=True)
+    try:
+        yield folder
+    finally:
+        subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(folder)], check=False)
+
+
+def ours_at(stack: contextlib.ExitStack, args: argparse.Namespace, model: str, cwd: Path,
+            env: dict[str, str] | None = None) -> str:
+    """The base URL of this server, run from ``cwd`` (this checkout or a revision's worktree)."""
+    port = free_port()
+    command = [sys.executable, "-m", "app", "-m", model, "--port", str(port), "-np", args.slots,
+               "-c", args.ctx_size, "-t", str(args.threads), *args.extra.split()]
+    return stack.enter_context(running(command, port, "/health", env or {}, cwd=cwd)).base
+
+
 def spread(values: list[float]) -> str:
     ordered = sorted(values)
     tenth, ninetieth = ordered[len(ordered) // 10], ordered[(len(ordered) * 9) // 10]
@@ -108,13 +141,15 @@ def main() -> None:
     parser.add_argument("--ctx-size", default="16384")
     parser.add_argument("--ours-only", action="store_true", help="measure this server alone")
     parser.add_argument("--extra", default="", help="more flags for this server, space-separated")
+    parser.add_argument("--revision", action="append", default=[], metavar="REV[=DIR]",
+                        help="also this server at a git revision (DIR: packages it takes first), repeatable")
     args = parser.parse_args()
     model = str(embedded_model_path())
-    port = free_port()
-    ours = [sys.executable, "-m", "app", "-m", model, "--port", str(port), "-np", args.slots, "-c", args.ctx_size,
-            "-t", str(args.threads), *args.extra.split()]
     with contextlib.ExitStack() as stack:
-        bases = {"vertex-llama": stack.enter_context(running(ours, port, "/health", {})).base}
+        bases = {"vertex-llama": ours_at(stack, args, model, ROOT)}
+        for revision, _, packages in (given.partition("=") for given in args.revision):
+            env = {"PYTHONPATH": packages} if packages else {}  # each up beside the others, in the same turns
+            bases[f"@{revision}"] = ours_at(stack, args, model, stack.enter_context(worktree(revision)), env)
         if not args.ours_only:  # both up at once: an idle server's threads sleep
             peer_port = free_port()
             command, cwd = peer_command("llama-server", model, peer_port, args.threads, context=args.ctx_size,
@@ -127,11 +162,13 @@ def main() -> None:
         for name, results in rows.items():
             times, prompts = results[case]
             outside = [t - p for t, p in zip(times, prompts, strict=True)]
-            print(f"  {case:14s} {name:13s} {spread(times)}  outside {statistics.median(outside):5.1f}  "
+            print(f"  {case:14s} {name[:13]:13s} {spread(times)}  outside {statistics.median(outside):5.1f}  "
                   f"prompt_ms {statistics.median(prompts):5.1f}")
-        if len(rows) == 2:
-            mine, theirs = (statistics.median(rows[name][case][0]) for name in ("vertex-llama", "llama-server"))
-            print(f"  {case:14s} ours/llama-server {mine / theirs:.2f}")
+        if "llama-server" in rows:
+            theirs = statistics.median(rows["llama-server"][case][0])
+            for name in (name for name in rows if name != "llama-server"):
+                mine = statistics.median(rows[name][case][0])
+                print(f"  {case:14s} {name[:13]}/llama-server {mine / theirs:.2f}")
 
 
 if __name__ == "__main__":

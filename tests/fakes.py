@@ -134,6 +134,7 @@ class FakeBackend:
     rerank_template: str | None = None
     draft: FakeBackend | None = None  # a draft model (speculative decoding)
     can_rewind: bool = True
+    decode_fills_cpu: bool = False  # the scheduler paces streams' first chunks (app/engine/first_chunks.py)
     confidence: float = 1.0  # what top_token says of its pick (a draft model's p_min test)
     forgets: list[tuple[int, int]] = field(default_factory=list)
     n_swa: int = 0  # a sliding window: each sequence keeps cells for its last n_swa + n_ubatch positions only

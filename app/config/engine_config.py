@@ -12,6 +12,7 @@ from app.config.settings import Settings
 from app.engine.llama.config import FitConfig, LlamaConfig, LoadConfig, RopeConfig, ThreadPlacement, VideoConfig
 from app.engine.options import EngineOptions
 from app.host.cpu_placement import thread_priority_allowed
+from app.host.cpus import usable_cpus
 from app.host.memory import available_memory_bytes
 
 log = logging.getLogger(__name__)
@@ -75,6 +76,7 @@ def llama_config(settings: Settings, model_path: str, mmproj_path: str | None = 
         n_ubatch=settings.ubatch_size,
         n_threads=settings.cpu_threads,
         n_threads_batch=settings.cpu_threads_batch,
+        n_cores=usable_cpus(),
         placement=placement,
         placement_batch=placement_batch,
         n_gpu_layers=settings.gpu_layers,

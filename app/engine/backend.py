@@ -202,6 +202,11 @@ class Backend(Protocol):
         with the same slots, or None."""
 
     @property
+    def decode_fills_cpu(self) -> bool:
+        """Whether a decode keeps every usable core busy (the model on the CPU, as many threads as
+        cores): the scheduler then lets a stream's first token be written first (app/engine/first_chunks.py)."""
+
+    @property
     def can_rewind(self) -> bool:
         """Whether ``forget`` can drop a sequence's last cells alone (not for recurrent models), as
         rejecting draft tokens needs."""

@@ -21,6 +21,7 @@ from app.engine.backend import Backend, BatchEntry, BatchMedia, BatchToken
 from app.engine.checkpoints import WindowKeeper
 from app.engine.embedding_batches import run_embedding_decode
 from app.engine.errors import CancelledError, DecodeError, EngineError
+from app.engine.first_chunks import FirstChunks
 from app.engine.options import SchedulerOptions
 from app.engine.prompt_cache import PromptCache
 from app.engine.slots import ControlJob, EmbedJob, Job, Slot, SlotState
@@ -46,6 +47,7 @@ class Scheduler(Admission):
         self.prompt_cache = PromptCache(options.prompt_cache_bytes) if options.prompt_cache_bytes != 0 else None
         self.speculator = speculator_for(backend, options.speculation)
         self.windows = WindowKeeper(backend, options.ctx_checkpoints, options.checkpoint_min_step)
+        self.first_chunks = FirstChunks(backend.decode_fills_cpu)
 
     def report_load(self) -> None:
         busy = [slot for slot in self.slots if slot.busy]
@@ -100,14 +102,14 @@ class Scheduler(Admission):
         return media is not None and media.whole(chunk)
 
     def step(self) -> float:
-        """One decode step (several decodes where media rows come first); the seconds spent inside
-        llama_decode, so that the engine can tell its own time per step (``on_step``) from it."""
+        """One decode step (media rows first: several decodes); the seconds inside llama_decode (``on_step``)."""
         self._decode_seconds = 0.0
         self._step()
         return self._decode_seconds
 
     def _step(self) -> None:
         self._drop_cancelled()
+        self.first_chunks.wait_for_readers()
         lora = self._lora_group()
         members = {slot.id for slot in self.slots if slot.job is not None and slot.job.request.lora == lora}
         for slot in self.slots:  # a chunk that needs non-causal attention takes a decode of its own
@@ -212,12 +214,8 @@ class Scheduler(Admission):
                 self._take_tokens(slot, index)
 
     def _drop_cancelled(self) -> None:
-        for slot in self.slots:
-            job = slot.job
-            if job is None:
-                continue
-            leader_gone = slot.state is SlotState.FOLLOW and (slot.leader is None or slot.leader.job is None)
-            if job.cancelled or leader_gone:
+        for slot, job in ((slot, slot.job) for slot in self.slots if slot.job is not None):
+            if job.cancelled or (slot.state is SlotState.FOLLOW and (slot.leader is None or slot.leader.job is None)):
                 slot.release()
                 job.emit(CancelledError())
 
@@ -308,6 +306,7 @@ class Scheduler(Admission):
         if chunk is not None:
             if request.timings_per_token:
                 chunk = replace(chunk, timings=slot.timings(len(slot.generation.tokens)))
+            self.first_chunks.before_emit(slot.job)
             slot.job.emit(chunk)
         return True
 

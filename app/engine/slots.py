@@ -38,6 +38,9 @@ class Job:
         self.followers: list[Job] = []
         self.on_finish: Callable[[], None] | None = None
         self._finished = False
+        self.first_chunk_out = False  # a token's chunk has been emitted (app/engine/first_chunks.py)
+        self._reader_idle = threading.Event()  # its reader has taken every event so far
+        self._reader_idle.set()
 
     @property
     def family(self) -> list[Job]:
@@ -50,6 +53,22 @@ class Job:
             self._finished = True
             if self.on_finish is not None:
                 self.on_finish()
+
+    @property
+    def finished(self) -> bool:
+        """Whether its last event (completion or error) has been emitted."""
+        return self._finished
+
+    def reader_busy(self) -> None:
+        """The engine is about to emit an event its reader is to take before the next decode."""
+        self._reader_idle.clear()
+
+    def reader_caught_up(self) -> None:
+        """Its reader has taken every event emitted so far (and handed them on)."""
+        self._reader_idle.set()
+
+    def wait_for_reader(self, seconds: float) -> None:
+        self._reader_idle.wait(seconds)
 
     def cancel(self) -> None:
         """Ask the engine to stop this job (and its followers); slots are free after the next step."""

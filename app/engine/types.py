@@ -167,6 +167,7 @@ class GenerationRequest:
     media: tuple[MediaChunk, ...] = ()  # in prompt order
     n_cache_reuse: int = 0  # reuse cached chunks of at least this many tokens after the common prefix (0: off)
     timings_per_token: bool = False  # every chunk carries the timings so far
+    stream: bool = False  # its client reads the tokens as they come (app/engine/first_chunks.py)
     return_progress: bool = False  # prompt-processing progress as chunks of no text
     reasoning: ReasoningBudget | None = None  # a budget on the thinking, or its end on request
     completion_id: str = ""  # the id a control request names (POST /v1/chat/completions/control)

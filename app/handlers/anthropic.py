@@ -183,6 +183,7 @@ def to_chat(body: MessagesBody) -> ChatBody:
         "messages": messages, "max_tokens": body.max_tokens, "stop": body.stop_sequences,
         "temperature": body.temperature, "top_p": body.top_p, "top_k": body.top_k, "tools": tools,
         "tool_choice": _tool_choice(body.tool_choice), "chat_template_kwargs": body.chat_template_kwargs,
+        "stream": body.stream,
     }
     if body.thinking is not None and body.thinking.get("type") == "enabled":  # llama-server's default: 10000
         chat["thinking_budget_tokens"] = body.thinking.get("budget_tokens", 10000)

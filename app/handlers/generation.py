@@ -77,6 +77,8 @@ class JobGroup:
         asked = time.monotonic()
         try:
             while remaining:
+                if self._sink.empty():  # every event so far handed on: the engine may decode (first_chunks.py)
+                    self._caught_up()
                 index, event = next_event(self._sink, should_stop)
                 if time.monotonic() - asked >= POLL_SECONDS:
                     asked = time.monotonic()
@@ -88,8 +90,14 @@ class JobGroup:
                     remaining -= 1
                 yield index, event
         finally:
+            self._caught_up()
             if remaining:
                 self.cancel()
+
+    def _caught_up(self) -> None:
+        for job in self.jobs:
+            for member in job.family:
+                member.reader_caught_up()
 
     def results(self, should_stop: Callable[[], bool]) -> list[Completion]:
         finals: dict[int, Completion] = {}

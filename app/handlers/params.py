@@ -244,6 +244,7 @@ def generation_request(
         media=media,
         n_cache_reuse=ctx.settings.cache_reuse if fields.n_cache_reuse is None else fields.n_cache_reuse,
         timings_per_token=fields.timings_per_token,
+        stream=fields.stream,
         return_progress=fields.return_progress and fields.stream,
         speculative=SpeculativeParams(fields.speculative_n_max, fields.speculative_n_min, fields.speculative_p_min),
     )

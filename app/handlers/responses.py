@@ -190,6 +190,7 @@ def to_chat(body: ResponsesBody) -> ChatBody:
         "temperature": body.temperature,
         "top_p": body.top_p,
         "reasoning_effort": (body.reasoning or {}).get("effort"),
+        "stream": body.stream,
     }
     passthrough = {key: value for key, value in (body.model_extra or {}).items() if key in ChatBody.model_fields}
     return validate_body(ChatBody, {**passthrough, **chat})

@@ -98,6 +98,8 @@ class LlamaBackend:
         self.vocab = LlamaVocabulary(self._model, vocab)
         self.info = read_model_info(self._model, config.model_path, vocab, self.vocab)
         self.can_rewind = not (lc.llama_model_is_recurrent(self._model) or lc.llama_model_is_hybrid(self._model))
+        on_gpu = n_gpu_layers != 0 and bool(gpus or gpu_free_bytes())
+        self.decode_fills_cpu = not on_gpu and 0 < config.n_cores <= config.n_threads
         if config.warmup:
             self._warm_up(vocab)
         self.draft = self._load_draft(config.draft, shares) if config.draft is not None else None

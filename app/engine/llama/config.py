@@ -97,6 +97,7 @@ class LlamaConfig:
     n_ubatch: int = 512
     n_threads: int = 2
     n_threads_batch: int = 2
+    n_cores: int = 0  # the cores this process may use: a CPU decode with as many threads fills them
     placement: ThreadPlacement = field(default_factory=ThreadPlacement)  # generation's thread pool
     placement_batch: ThreadPlacement = field(default_factory=ThreadPlacement)  # prompt processing's
     n_gpu_layers: int = -1
