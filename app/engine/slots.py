@@ -64,8 +64,10 @@ class Job:
         self._reader_idle.clear()
 
     def reader_caught_up(self) -> None:
-        """Its reader has taken every event emitted so far (and handed them on)."""
-        self._reader_idle.set()
+        """Its reader has taken every event emitted so far (and handed them on). Called for every event
+        a reader waits for: setting the flag takes a lock, reading it does not."""
+        if not self._reader_idle.is_set():
+            self._reader_idle.set()
 
     def wait_for_reader(self, seconds: float) -> None:
         self._reader_idle.wait(seconds)

@@ -107,6 +107,7 @@ def with_pings(events: Iterator[SseEvent], seconds: float) -> Iterator[SseEvent 
                 close()
 
     _PULLERS.run(pull)
+    delivered = 0
     try:
         while True:
             try:
@@ -119,7 +120,9 @@ def with_pings(events: Iterator[SseEvent], seconds: float) -> Iterator[SseEvent 
             if kind == "error":
                 raise value
             yield value
-            written.release()  # unused past the first IN_STEP_EVENTS: the puller no longer waits
+            if delivered < IN_STEP_EVENTS:  # past them the puller no longer waits
+                delivered += 1
+                written.release()
     finally:
         closed.set()
         written.release()
