@@ -2,8 +2,8 @@
 this server, side by side: ``/apply-template`` of llama-server (built by bench/llama_server.py) started with
 ``--jinja --chat-template-file`` for each, against this server's own route (in process, on the real embedded
 model: its BOS and EOS tokens are the template's), for a plain chat with a system message, one user message,
-and a request with a tool. Prints one line a template (``.`` the same prompt, ``X`` another) and the first
-lines that differ with ``-v``.
+and a request with a tool. Prints one line a template (``.`` the same prompt, ``X`` another; the format this
+server reads the template's tool calls in) and the first lines that differ with ``-v``.
 
     .venv/bin/python bench/templates.py [-v] [NAME ...]
 """
@@ -24,6 +24,7 @@ import requests
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from app.config.settings import parse_settings
+from app.handlers.tools import detect_format
 from app.model_sources.files import embedded_model_path
 from app.server.wiring import build_application
 from bench.llama_server import build_folder, llama_server
@@ -65,21 +66,24 @@ def theirs(binary: Path, template: Path, model: str) -> dict[str, str]:
         process.wait()
 
 
-def ours(template: Path, model: str) -> dict[str, str]:
+def ours(template: Path, model: str) -> tuple[dict[str, str], str]:
+    """This server's prompts, and the format it reads the template's tool calls in."""
     settings = parse_settings(["--jinja", "--chat-template-file", str(template), "-np", "1", "-c", "512", "-t", "1",
                                "--no-warmup"], {})
     failures: list[BaseException] = []
     application = build_application(settings, model, None, failures.append)
     try:
         if not application.context.engine.wait_ready(120):
-            return {case: f"no start: {failures[0] if failures else 'not ready'}" for case in CASES}
+            return {case: f"no start: {failures[0] if failures else 'not ready'}" for case in CASES}, "-"
         client = application.flask.test_client()
         answers = {}
         for case, body in CASES.items():  # the body as the client sends it (Flask's own json= sorts the keys)
             reply = client.post("/apply-template", data=json.dumps(body), content_type="application/json")
             answers[case] = reply.json["prompt"] if reply.status_code == 200 and reply.json else (
                 f"HTTP {reply.status_code}: {reply.get_data(as_text=True)[:200]}")
-        return answers
+        learned = application.context.call_format
+        tool_format = detect_format(application.context.chat_template.source, learned).value
+        return answers, tool_format + (f" ({learned.arguments})" if learned and tool_format == "learned" else "")
     finally:
         application.shutdown()
 
@@ -97,18 +101,21 @@ def main(argv: list[str]) -> None:
     folder = build_folder() / "llama.cpp" / "models" / "templates"
     model = str(embedded_model_path())
     same_all = 0
+    formats: dict[str, int] = {}
     templates = sorted(path for path in folder.glob("*.jinja") if not wanted or any(w in path.name for w in wanted))
     for template in templates:
-        mine, reference = ours(template, model), theirs(binary, template, model)
+        (mine, tool_format), reference = ours(template, model), theirs(binary, template, model)
         marks = "".join("." if mine[case] == reference[case] else "X" for case in CASES)
         same_all += marks == "." * len(CASES)
-        print(f"{marks} {template.name}", flush=True)
+        formats[tool_format.split()[0]] = formats.get(tool_format.split()[0], 0) + 1
+        print(f"{marks} {template.name:55} calls read as: {tool_format}", flush=True)
         for case in CASES if verbose else ():
             if mine[case] != reference[case]:
                 diff = difflib.unified_diff(reference[case].splitlines(), mine[case].splitlines(), "llama-server",
                                             "vertex-llama", lineterm="", n=0)
                 print("\n".join(f"    {case}: {line[:200]}" for line in list(diff)[:8]))
     print(f"{same_all} of {len(templates)} templates render every case as llama-server ({', '.join(CASES)})")
+    print("tool calls read as: " + ", ".join(f"{name} {count}" for name, count in sorted(formats.items())))
 
 
 if __name__ == "__main__":

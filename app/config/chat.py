@@ -29,8 +29,9 @@ class ChatSettings:
         "(split and kept in the content), none (left in the content)", env="LLAMA_ARG_THINK",
         choices=("auto", "none", "deepseek", "deepseek-legacy"))
     reasoning: str = option(("-rea", "--reasoning"), "str", "auto",
-        "thinking in chats: off gives the template enable_thinking = false; on and auto give it true, as "
-        "llama-server (templates that close their think block unless told to think, DeepSeek-R1's and QwQ's, think)",
+        "thinking in chats: off gives the template enable_thinking = false, on gives it true, auto gives it true "
+        "where the template thinks (its reasoning shows between markers, or enable_thinking opens or closes its "
+        "think block), as llama-server's chat analysis finds",
         env="LLAMA_ARG_REASONING", metavar="[on|off|auto]")
     reasoning_effort: str | None = option(("--reasoning-effort",), "str", None,
         "the default reasoning_effort of chats (a template argument, e.g. low, medium, high; none: no thinking)",
@@ -40,9 +41,10 @@ class ChatSettings:
         "reasoning_budget_tokens wins", env="LLAMA_ARG_THINK_BUDGET", minimum=-1, metavar="N")
     reasoning_budget_message: str | None = option(("--reasoning-budget-message",), "str", None,
         "text put before the forced end of thinking", env="LLAMA_ARG_THINK_BUDGET_MESSAGE", metavar="MESSAGE")
-    reasoning_preserve: bool | None = option(("--reasoning-preserve",), "bool", None,
+    reasoning_preserve: bool = option(("--reasoning-preserve",), "bool", True,
         "keep the reasoning of every assistant message in the history, not just the last (the template's "
-        "preserve_reasoning; default: the template's own)", env="LLAMA_ARG_REASONING_PRESERVE",
+        "preserve_reasoning, and its other names: drop_thinking, clear_thinking, ...; on by default, as in "
+        "llama-server)", env="LLAMA_ARG_REASONING_PRESERVE",
         negative_flags=("--no-reasoning-preserve",))
     skip_chat_parsing: bool = option(("--skip-chat-parsing",), "bool", False,
         "leave the model's whole output in the content: no reasoning split and no tool calls parsed",
@@ -75,12 +77,13 @@ class ChatSettings:
 
     @property
     def template_kwargs(self) -> dict[str, Any]:
-        """The template's default arguments: enable_thinking (false with --reasoning off, else true: llama-server
-        gives every template its enable_thinking), --reasoning-preserve as preserve_reasoning, then
-        --chat-template-kwargs (checked to be a JSON object at start-up)."""
-        kwargs: dict[str, Any] = {"enable_thinking": self.reasoning.strip().lower() not in FALSE}
-        if self.reasoning_preserve is not None:
-            kwargs["preserve_reasoning"] = self.reasoning_preserve
+        """The template's default arguments from the flags: enable_thinking with --reasoning on or off (auto
+        leaves it to the template: ``ServerContext.template_kwargs``), --reasoning-preserve as
+        preserve_reasoning, then --chat-template-kwargs (checked to be a JSON object at start-up)."""
+        kwargs: dict[str, Any] = {}
+        if self.reasoning.strip().lower() in TRUE | FALSE:
+            kwargs["enable_thinking"] = self.reasoning.strip().lower() in TRUE
+        kwargs["preserve_reasoning"] = self.reasoning_preserve
         return kwargs | (dict(json.loads(self.chat_template_kwargs)) if self.chat_template_kwargs else {})
 
     def check(self) -> None:

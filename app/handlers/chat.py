@@ -16,6 +16,7 @@ from app.handlers.chat_pipeline import (
     render_prompt,
     run_chat,
     submit_chat,
+    tool_plan,
 )
 from app.handlers.context import ServerContext
 from app.handlers.generation import ping_interval, stream_reply
@@ -29,15 +30,13 @@ from app.handlers.shapes import (
     usage_body,
     verbose_answer,
 )
-from app.handlers.tools import plan_tools
 from app.protocol.api import ApiReply, ApiRequest, SseEvent
 from app.protocol.errors import InvalidRequestError
 
 
 def post_apply_template(ctx: ServerContext, request: ApiRequest) -> ApiReply:
     body = validate_body(ChatBody, request.json_object())
-    plan = plan_tools(body.tools, body.tool_choice, body.parallel_tool_calls, ctx.chat_template.source)
-    return ApiReply(body={"prompt": render_prompt(ctx, body, plan)})
+    return ApiReply(body={"prompt": render_prompt(ctx, body, tool_plan(ctx, body))})
 
 
 def post_chat_input_tokens(ctx: ServerContext, request: ApiRequest) -> ApiReply:

@@ -30,6 +30,7 @@ from app.handlers.tools import (
     template_renders_tools,
 )
 from app.protocol.errors import InvalidRequestError
+from app.templating.chat_template import derived_arguments
 
 
 def _part_media(ctx: ServerContext, part: ContentPart, field: str) -> MediaItem | None:
@@ -102,14 +103,14 @@ def render_prompt(ctx: ServerContext, body: ChatBody, plan: ToolPlan | None = No
     items appended to ``media``). A trailing assistant message is a prefill: the model continues it
     rather than starting a new turn."""
     template = ctx.chat_template
-    renders_tools = template_renders_tools(template.source)
+    renders_tools = template_renders_tools(template.source, ctx.call_format)
     collected = media if media is not None else []
     messages = messages_for_template(template_messages(ctx, body, collected), plan, renders_tools)
     if not ctx.chat_template_caps.get("supports_system_role", True):
         messages = merged_system_message(messages)
     tools = [tool.model_dump(exclude_none=True) for tool in plan.tools] if plan and renders_tools else None
-    kwargs = {**ctx.settings.template_kwargs, **(body.chat_template_kwargs or {}),
-              **_effort(body.reasoning_effort or ctx.settings.reasoning_effort)} or None
+    kwargs = derived_arguments({**ctx.template_kwargs, **(body.chat_template_kwargs or {}),
+                                **_effort(body.reasoning_effort or ctx.settings.reasoning_effort)})
     if _continues(body, messages, ctx.settings.prefill_assistant):
         if not messages or messages[-1]["role"] != "assistant":
             return template.render(messages, False, tools, kwargs)
@@ -214,8 +215,14 @@ class ChatPrompt:
     plan: ToolPlan | None
 
 
+def tool_plan(ctx: ServerContext, body: ChatBody) -> ToolPlan | None:
+    """What the request's tools mean with this template (its call format: ``ServerContext.call_format``)."""
+    return plan_tools(body.tools, body.tool_choice, body.parallel_tool_calls, ctx.chat_template.source,
+                      ctx.call_format)
+
+
 def chat_prompt_tokens(ctx: ServerContext, body: ChatBody) -> ChatPrompt:
-    plan = plan_tools(body.tools, body.tool_choice, body.parallel_tool_calls, ctx.chat_template.source)
+    plan = tool_plan(ctx, body)
     media: list[MediaItem] = []
     text = render_prompt(ctx, body, plan, media)
     tokens, chunks = tokenize_with_media(ctx, text, media)
@@ -237,14 +244,14 @@ def prepare_chat(ctx: ServerContext, body: ChatBody) -> PreparedChat:
         raise InvalidRequestError("Field 'response_format': give either response_format or json_schema, not both")
     grammar = grammar_for(ctx, body.grammar, schema if structured else body.json_schema,
                           "response_format.json_schema.schema" if structured else "json_schema")
+    opened = text.rstrip().endswith(OPEN)
     if plan is not None and plan.forced is not None:
         if grammar:
             raise InvalidRequestError("Field 'grammar': a custom grammar cannot be combined with forced tool calls")
-        grammar = call_grammar(plan, ctx.engine.vocab)
+        grammar = call_grammar(plan, ctx.engine.vocab, thinking=opened)
     top = body.top_logprobs if body.logprobs else None
     n_probs = max(1, top or 0) if body.logprobs else None
     request = generation_request(ctx, body, prompt.tokens, grammar, n_probs, prompt.media)
-    opened = text.rstrip().endswith(OPEN)
     request = replace(request, reasoning=reasoning_budget(ctx, body, opened))
     return PreparedChat(
         prompt_text=text,
@@ -322,7 +329,7 @@ class _ToolGate:
     """While a reply might be a tool call, hold its text back; once it clearly is not, stream it."""
 
     def __init__(self, plan: ToolPlan | None) -> None:
-        self._markers = call_markers(plan.format) if plan else ()
+        self._markers = call_markers(plan) if plan else ()
         self._state = "streaming" if plan is None else ("buffering" if plan.forced else "undecided")
         self._held = ""
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from app.agent.toolbox import Toolbox
 from app.config.settings import Settings
@@ -13,8 +14,10 @@ from app.engine.json_schema import schema_grammar
 from app.protocol.api import Route
 from app.protocol.metrics import MetricsExporter
 from app.protocol.stream_sessions import StreamSessions
+from app.templating.call_format import CallFormat
+from app.templating.call_learning import learn_call_format
 from app.templating.chat_template import ChatTemplate, choose_template
-from app.templating.template_caps import template_caps
+from app.templating.template_caps import supports_thinking, template_caps
 
 
 @dataclass(frozen=True)
@@ -40,6 +43,8 @@ class ServerContext:
     started_at: float = field(default_factory=time.time)
     _template: ChatTemplate | None = None  # published once, by publish_loaded_model
     _caps: dict[str, bool] = field(default_factory=dict)
+    _call_format: CallFormat | None = None  # the template's own tool-call format, learned with the caps
+    _thinks: bool = False  # whether the template thinks (--reasoning auto's enable_thinking)
     _default_grammar: str = ""  # --grammar, or --json-schema's grammar: published with the template
     metrics: MetricsExporter = field(init=False)
     routes: tuple[Route, ...] = ()  # the whole table as served (Vertex routes included)
@@ -80,6 +85,8 @@ class ServerContext:
         template = ChatTemplate(choice, info.bos_token, info.eos_token, self._render_builtin)
         template.check()
         self._caps = {**template_caps(template), "jinja": choice.jinja_source is not None}
+        self._call_format = learn_call_format(template) if self._caps["supports_tools"] else None
+        self._thinks = supports_thinking(template)
         self._default_grammar = self._server_grammar()
         unknown = info.outside_vocabulary([token for token, _ in self.settings.default_logit_bias])
         if unknown:
@@ -112,6 +119,21 @@ class ServerContext:
         whether it is Jinja (this server's addition; the web UI shows it)."""
         self.chat_template  # noqa: B018 (not ready until the template is published)
         return self._caps
+
+    @property
+    def template_kwargs(self) -> dict[str, Any]:
+        """What every chat gives the template before its own ``chat_template_kwargs``: enable_thinking, true
+        where the template thinks (llama-server's ``--reasoning auto``), then the flags'
+        (``ChatSettings.template_kwargs``: --reasoning on/off, --chat-template-kwargs)."""
+        self.chat_template  # noqa: B018 (not ready until the template is published)
+        return {"enable_thinking": self._thinks, **self.settings.template_kwargs}
+
+    @property
+    def call_format(self) -> CallFormat | None:
+        """How the template writes tool calls, where it renders tools and its calls can be learned
+        (app/templating/call_format.py); None otherwise."""
+        self.chat_template  # noqa: B018 (not ready until the template is published)
+        return self._call_format
 
     @property
     def chat_template(self) -> ChatTemplate:

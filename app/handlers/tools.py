@@ -6,6 +6,8 @@ Formats, picked from the chat template's source:
     hermes    <tool_call>{"name": ..., "arguments": {...}}</tool_call>   (Hermes, Qwen 2.5/3)
     mistral   [TOOL_CALLS][{"name": ..., "arguments": {...}}]             (Mistral)
     llama3    {"name": ..., "parameters": {...}}, maybe after <|python_tag|> (Llama 3.x)
+    learned   the template's own, learned by rendering probe calls through it (app/templating/call_format.py:
+              Qwen3-Coder's and GLM's tagged arguments, Kimi's and DeepSeek's sections, JSON lists, ...)
     generic   {"tool_calls": [{"name": ..., "arguments": {...}}]}         (any other template: the tools
               and this format are described to the model in a system message)
 
@@ -26,7 +28,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from app.engine import Vocabulary
 from app.engine.json_schema import schema_grammar
+from app.handlers.learned_calls import learned_grammar, typed_arguments
 from app.protocol.errors import InvalidRequestError
+from app.templating.call_format import CallFormat
 
 
 class FunctionSpec(BaseModel):
@@ -59,21 +63,43 @@ class ToolFormat(enum.Enum):
     HERMES = "hermes"
     MISTRAL = "mistral"
     LLAMA3 = "llama3"
+    LEARNED = "learned"
     GENERIC = "generic"
 
 
-def detect_format(template_source: str) -> ToolFormat:
+def detect_format(template_source: str, learned: CallFormat | None = None) -> ToolFormat:
+    """The format a template's calls are read in: one of the three this server knows by name (Hermes' JSON in
+    <tool_call>, Mistral's JSON list, Llama 3's JSON) where the template speaks it and what was learned from
+    the template (``learn_call_format``) agrees, else the learned one, else the generic one."""
+    named = _named_format(template_source)
+    if named is not None and (learned is None or _agrees(named, learned)):
+        return named
+    return ToolFormat.LEARNED if learned is not None else ToolFormat.GENERIC
+
+
+def _named_format(template_source: str) -> ToolFormat | None:
     if "<tool_call>" in template_source:
         return ToolFormat.HERMES
     if "[TOOL_CALLS]" in template_source:
         return ToolFormat.MISTRAL
     if "<|python_tag|>" in template_source or "ipython" in template_source:
         return ToolFormat.LLAMA3
-    return ToolFormat.GENERIC
+    return None
 
 
-def template_renders_tools(template_source: str) -> bool:
-    return detect_format(template_source) is not ToolFormat.GENERIC and "tools" in template_source
+def _agrees(named: ToolFormat, learned: CallFormat) -> bool:
+    """Whether the template's learned calls are the named format's: one JSON object each, opened as it opens
+    them (Qwen3-Coder's <tool_call> holds tagged arguments; Apriel's <tool_calls> a list; Functionary's Llama
+    template writes <function=...>)."""
+    marker = learned.marker
+    opens = {ToolFormat.HERMES: marker.startswith("<tool_call>") and not marker.startswith("<tool_calls>"),
+             ToolFormat.MISTRAL: marker.startswith("[TOOL_CALLS]"),
+             ToolFormat.LLAMA3: marker in ("", "<|python_tag|>")}
+    return learned.arguments == "object" and opens.get(named, False)
+
+
+def template_renders_tools(template_source: str, learned: CallFormat | None = None) -> bool:
+    return detect_format(template_source, learned) is not ToolFormat.GENERIC and "tools" in template_source
 
 
 @dataclass(frozen=True)
@@ -105,6 +131,7 @@ class ToolPlan:
     format: ToolFormat
     forced: str | None  # "required", a function name, or None for auto
     parallel: bool
+    learned: CallFormat | None = None  # the template's own format (``ToolFormat.LEARNED``)
 
     @property
     def names(self) -> list[str]:
@@ -112,7 +139,8 @@ class ToolPlan:
 
 
 def plan_tools(
-    tools: list[ToolSpec] | None, choice: ToolChoice | None, parallel: bool, template_source: str
+    tools: list[ToolSpec] | None, choice: ToolChoice | None, parallel: bool, template_source: str,
+    learned: CallFormat | None = None,
 ) -> ToolPlan | None:
     """None when no tool may be called (no tools, or ``tool_choice: none``)."""
     if choice is not None and not tools and choice != "none" and choice != "auto":
@@ -129,7 +157,8 @@ def plan_tools(
         forced = choice.function.name
     elif choice == "required":
         forced = "required"
-    return ToolPlan(tuple(tools), detect_format(template_source), forced, parallel)
+    tool_format = detect_format(template_source, learned)
+    return ToolPlan(tuple(tools), tool_format, forced, parallel, learned if tool_format is ToolFormat.LEARNED else None)
 
 
 def _call_schema(plan: ToolPlan) -> dict[str, Any]:
@@ -147,8 +176,21 @@ def _literal(text: str) -> str:
     return json.dumps(text)  # a JSON string literal is a valid GBNF literal
 
 
-def call_grammar(plan: ToolPlan, vocab: Vocabulary) -> str:
-    """GBNF that only lets the model emit valid call(s) in the template's format."""
+def call_grammar(plan: ToolPlan, vocab: Vocabulary, thinking: bool = False) -> str:
+    """GBNF that only lets the model emit valid call(s) in the template's format; ``thinking``: the prompt
+    opened a thinking block, which the model ends (text without a ``<``, then ``</think>``) before the call."""
+    grammar = _call_grammar(plan, vocab)
+    if not thinking:
+        return grammar
+    return r'root ::= [^<]* "</think>" [ \n]* thought-out-calls' + "\n" + re.sub(
+        r"^root ::=", "thought-out-calls ::=", grammar, count=1, flags=re.MULTILINE)
+
+
+def _call_grammar(plan: ToolPlan, vocab: Vocabulary) -> str:
+    if plan.learned is not None:
+        chosen = [(t.function.name, t.function.parameters) for t in plan.tools
+                  if plan.forced in (None, "required", t.function.name)]
+        return learned_grammar(plan.learned, chosen, plan.parallel, vocab)
     if plan.format is ToolFormat.GENERIC:
         schema = {"type": "object", "properties": {"tool_calls": {
             "type": "array", "items": _call_schema(plan), "minItems": 1,
@@ -180,15 +222,20 @@ def tools_system_prompt(plan: ToolPlan) -> str:
     )
 
 
-def call_markers(tool_format: ToolFormat) -> tuple[str, ...]:
+def call_markers(plan: ToolPlan) -> tuple[str, ...]:
     """Text that a response starting with it is (probably) a tool call."""
     markers = {
         ToolFormat.HERMES: ("<tool_call>",),
         ToolFormat.MISTRAL: ("[TOOL_CALLS]",),
         ToolFormat.LLAMA3: ("<|python_tag|>", "{"),
+        ToolFormat.LEARNED: (plan.learned.marker,) if plan.learned is not None and plan.learned.marker else (),
         ToolFormat.GENERIC: ("{",),
     }
-    return (*markers[tool_format], "{")
+    return (*markers[plan.format], "{")
+
+
+def _arguments_text(arguments: Any) -> str:
+    return arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False)
 
 
 def _load(text: str) -> Any:
@@ -240,6 +287,12 @@ _HERMES = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.DOTALL)
 def parse_tool_calls(text: str, plan: ToolPlan) -> tuple[str, list[ToolCall]]:
     """Split generated text into (remaining content, tool calls)."""
     names = plan.names
+    if plan.learned is not None:
+        parsed = plan.learned.parse(text, names)
+        if parsed is not None:
+            parameters = {t.function.name: t.function.parameters for t in plan.tools}
+            return parsed[0].strip(), [ToolCall(new_call_id(), call.name, _arguments_text(
+                typed_arguments(call, parameters[call.name]))) for call in parsed[1]]
     if plan.format is ToolFormat.HERMES and "<tool_call>" in text:
         found = [_as_call(_load(match), names) for match in _HERMES.findall(text)]
         calls = [call for call in found if call is not None]

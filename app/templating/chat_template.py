@@ -1,8 +1,9 @@
 """Chat prompts: the model's Jinja chat template (or llama.cpp's built-in formats with --no-jinja).
 
-Templates are rendered in Jinja's immutable sandbox with the helpers Hugging Face templates expect
-(``raise_exception``, ``strftime_now``, a ``tojson`` that does not HTML-escape), and transformers'
-``{% generation %}`` blocks rendered as their content, as llama.cpp's Jinja does.
+Templates are rendered in Jinja's sandbox with the helpers Hugging Face templates expect
+(``raise_exception``, ``strftime_now``, a ``tojson`` that does not HTML-escape), and as llama.cpp's Jinja
+renders them: transformers' ``{% generation %}`` blocks as their content, lists a template builds may be
+appended to (Kimi K2 Thinking's call ids), ``safe`` leaves a string as it is.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import jinja2
 from jinja2 import nodes
 from jinja2.ext import Extension
 from jinja2.parser import Parser
-from jinja2.sandbox import ImmutableSandboxedEnvironment
+from jinja2.sandbox import SandboxedEnvironment
 
 from app.protocol.errors import InvalidRequestError
 
@@ -65,6 +66,39 @@ def date_context() -> dict[str, str]:
 
 def _tojson(value: Any, indent: int | None = None, **_: Any) -> str:
     return json.dumps(value, ensure_ascii=False, indent=indent)
+
+
+class _LlamaUndefined(jinja2.Undefined):
+    """An undefined variable added to a string is the string, as in llama.cpp's Jinja (Firefunction v2's
+    ``suffix + "\\n" + functions`` without tools); anything else done with one fails as in Jinja's."""
+
+    def __add__(self, other: Any) -> Any:
+        return other if isinstance(other, str) else self._fail_with_undefined_error()
+
+    def __radd__(self, other: Any) -> Any:
+        return other if isinstance(other, str) else self._fail_with_undefined_error()
+
+
+def _unmarked(value: Any) -> Any:
+    """llama.cpp's ``safe``: the value as it is. Jinja's wraps it in Markup, and Markup + str escapes the str
+    (Functionary's ``"Use the function '"|safe + name + ... + tool|tojson`` came out as ``&#34;name&#34;``)."""
+    return value
+
+
+def derived_arguments(arguments: dict[str, Any]) -> dict[str, Any]:
+    """What llama.cpp's Jinja sets from a chat's template arguments (common/jinja/caps.cpp): a boolean
+    ``preserve_reasoning`` also as ``preserve_thinking`` and its opposite as ``clear_thinking``,
+    ``truncate_history_thinking`` and ``drop_thinking`` (GLM's and DeepSeek V4's names for it), over any
+    given; ``reasoning_effort`` also as ``reasoning_strength``."""
+    derived = dict(arguments)
+    preserve = derived.get("preserve_reasoning")
+    if isinstance(preserve, bool):
+        derived.update(preserve_thinking=preserve, clear_thinking=not preserve,
+                       truncate_history_thinking=not preserve, drop_thinking=not preserve)
+    effort = derived.get("reasoning_effort")
+    if isinstance(effort, str) and effort:
+        derived["reasoning_strength"] = effort
+    return derived
 
 
 def looks_like_jinja(text: str) -> bool:
@@ -126,10 +160,12 @@ class ChatTemplate:
         self._builtin = builtin
         self._template: jinja2.Template | None = None
         if choice.jinja_source is not None:
-            env = ImmutableSandboxedEnvironment(
-                trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols", GenerationBlocks]
+            env = SandboxedEnvironment(
+                trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols", GenerationBlocks],
+                undefined=_LlamaUndefined,
             )
             env.filters["tojson"] = _tojson
+            env.filters["safe"] = _unmarked  # no Markup: "..."|safe + text would HTML-escape the text
             env.globals["raise_exception"] = _raise_exception
             env.globals["strftime_now"] = _strftime_now
             try:

@@ -4,6 +4,7 @@ template renders that part. Computed once per template."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -56,3 +57,44 @@ def template_caps(template: Renders) -> dict[str, bool]:
         "supports_object_arguments": shows("probe_argument_key", [USER, {
             "role": "assistant", "content": "", "tool_calls": [_call("probe_call_one", {"probe_argument_key": 1})]}]),
     }
+
+
+_TWO_MARKERS = re.compile(r"^(<[^<>\s]+>|\[[^\[\]\s]+\])\s*(<[^<>\s]+>|\[[^\[\]\s]+\])$")
+_TAIL = 64
+
+
+def supports_thinking(template: Renders) -> bool:
+    """Whether the template thinks, as llama.cpp's chat analysis finds it (llama-server's ``--reasoning auto``
+    gives only such a template ``enable_thinking``): an answer's reasoning shows with a marker between it and
+    the answer, or ``enable_thinking`` changes the end of the generation prompt (opens or closes a think
+    block), or appends two markers to it."""
+    thought = "probe_thought_marker"
+    answer = {"role": "assistant", "content": "probe answer text"}
+    try:
+        shown = template.render([USER, {**answer, "reasoning_content": thought}], False, None,
+                                {"enable_thinking": True})
+        off = template.render([USER], True, None, {"enable_thinking": False})
+        on = template.render([USER], True, None, {"enable_thinking": True})
+    except InvalidRequestError:
+        return False
+    if thought in shown and not shown.split(thought, 1)[1].lstrip().startswith(str(answer["content"])):
+        return True
+    if off == on:
+        return False
+    head = 0
+    while head < min(len(off), len(on)) and off[head] == on[head]:
+        head += 1
+    off_rest, on_rest, tail = off[head:], on[head:], 0
+    while tail < min(len(off_rest), len(on_rest)) and off_rest[-1 - tail] == on_rest[-1 - tail]:
+        tail += 1
+    if not off_rest[len(off_rest) - tail:].strip():  # what differs ends the prompt
+        return True
+    return any(_appends_two_markers(base, extended) for base, extended in ((on, off), (off, on)))
+
+
+def _appends_two_markers(base: str, extended: str) -> bool:
+    anchor = base[-_TAIL:]
+    at = extended.rfind(anchor)
+    if at < 0 or at + len(anchor) >= len(extended):
+        return False
+    return _TWO_MARKERS.match(extended[at + len(anchor):].strip()) is not None

@@ -17,9 +17,9 @@ from tests.integration.conftest import Server, start
 # ChatML (the model's own format), and the template argument --reasoning-preserve sets, written out
 TEMPLATE = (
     "{% if preserve_reasoning is defined %}[preserve_reasoning={{ preserve_reasoning }}]{% endif %}"
-    "{% if not enable_thinking %}[thinking off]{% endif %}"  # DeepSeek-R1's and QwQ's test, written out
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
-    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n"
+    "{% if not enable_thinking %}[thinking off]{% endif %}{% endif %}"  # DeepSeek-R1's and QwQ's test, written out
 )
 PREFILL = [{"role": "user", "content": "Name a colour."}, {"role": "assistant", "content": "The colour is"}]
 FORCED_CALL: dict[str, Any] = {
@@ -34,7 +34,7 @@ def flagged(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     root = tmp_path_factory.mktemp("chat-flags")
     (root / "template.jinja").write_text(TEMPLATE)
     server = start(root, ["-np", "1", "-c", "2048", "--chat-template-file", str(root / "template.jinja"),
-                          "--no-prefill-assistant", "--reasoning-preserve", "--skip-chat-parsing", "--special"])
+                          "--no-prefill-assistant", "--no-reasoning-preserve", "--skip-chat-parsing", "--special"])
     yield server
     assert server.stop() == 0, server.log()
 
@@ -62,13 +62,13 @@ def test_a_trailing_assistant_message_is_a_prefill_unless_no_prefill_assistant(f
 
 
 def test_reasoning_preserve_reaches_the_template(flagged: Server, plain: Server) -> None:
-    assert rendered(flagged, PREFILL[:1]).startswith("[preserve_reasoning=True]")
-    assert "preserve_reasoning" not in rendered(plain, PREFILL[:1])
+    assert rendered(flagged, PREFILL[:1]).startswith("[preserve_reasoning=False]")
+    assert rendered(plain, PREFILL[:1]).startswith("[preserve_reasoning=True]")  # llama-server's default
 
 
 def test_reasoning_auto_tells_the_template_to_think(plain: Server) -> None:
-    """--reasoning auto (the default) gives the template enable_thinking = true, as llama-server: a template
-    that closes its think block unless told to think lets the model think."""
+    """--reasoning auto (the default) gives enable_thinking = true to a template that thinks, as llama-server: a
+    template that closes its think block unless told to think lets the model think."""
     assert "[thinking off]" not in rendered(plain, PREFILL[:1])
     off = requests.post(plain.url("/apply-template"), timeout=30, json={
         "messages": PREFILL[:1], "chat_template_kwargs": {"enable_thinking": False}}).json()["prompt"]

@@ -9,6 +9,7 @@ import pytest
 from app.handlers.prompts import is_single_prompt, split_prompts, tokenize_prompt
 from app.protocol.errors import InvalidRequestError
 from app.templating.chat_template import CHATML, ChatTemplate, TemplateChoice, TemplateError, choose_template
+from app.templating.template_caps import supports_thinking
 from tests.fakes import FakeVocabulary, encode
 
 
@@ -142,14 +143,30 @@ def test_continue_final_message_as_llama_server(client: Any) -> None:
 
 def test_a_template_that_closes_its_think_block_unless_told_to_think_thinks_by_default() -> None:
     """llama.cpp's DeepSeek-R1-Distill and QwQ templates write ``<think>\\n</think>`` when ``enable_thinking`` is
-    not true; with --reasoning auto (the default) llama-server gives it true, so the prompt ends inside the
-    think block and the model thinks."""
+    not true; with --reasoning auto (the default) llama-server finds that it thinks and gives it true, so the
+    prompt ends inside the think block and the model thinks."""
     from app.config.settings import parse_settings
 
     source = ("{% for m in messages %}{{ m.content }}{% endfor %}{% if add_generation_prompt %}<think>\n"
               "{% if not enable_thinking %}</think>{% endif %}{% endif %}")
     template = ChatTemplate(TemplateChoice(source, None), "<s>", "</s>", builtin)
+    assert supports_thinking(template)
     for flags, ending in (((), "<think>\n"), (("--reasoning", "on"), "<think>\n"),
                           (("--reasoning", "off"), "<think>\n</think>")):
-        kwargs = parse_settings(["-m", "m.gguf", *flags], {}).template_kwargs
+        kwargs = {"enable_thinking": True, **parse_settings(["-m", "m.gguf", *flags], {}).template_kwargs}
         assert template.render([{"role": "user", "content": "Hi"}], extra=kwargs).endswith(ending), flags
+
+
+@pytest.mark.parametrize(("source", "thinks"), [
+    ("{{ messages[0].content }}{% if add_generation_prompt %}<|assistant|>{% if enable_thinking %}<think>"
+     "{% endif %}{% endif %}", True),  # thinking on opens the block (Qwen3-like)
+    ("{% for m in messages %}{% if m.reasoning_content %}<think>{{ m.reasoning_content }}</think>{% endif %}"
+     "{{ m.content }}{% endfor %}", True),  # an answer's reasoning shows between markers
+    ("{% if enable_thinking %}Deliberation: enabled{% else %}Deliberation: disabled{% endif %}"
+     "{% for m in messages %}{{ m.content }}{% endfor %}", False),  # Apertus: a word in the system text
+    ("{% for m in messages %}{{ m.content }}{% endfor %}", False),
+])
+def test_which_templates_think(source: str, thinks: bool) -> None:
+    """llama-server's --reasoning auto gives enable_thinking only to a template its chat analysis finds
+    thinking in; ``supports_thinking`` finds the same."""
+    assert supports_thinking(ChatTemplate(TemplateChoice(source, None), "<s>", "</s>", builtin)) is thinks

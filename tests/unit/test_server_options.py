@@ -119,10 +119,10 @@ KWARGS_TEMPLATE = ("{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfo
 
 
 @pytest.mark.parametrize(("flags", "fields", "rendered"), [
-    ((), {}, "[thinking=True effort=unset]"),  # --reasoning auto: llama-server gives every template enable_thinking
+    ((), {}, "[thinking=False effort=unset]"),  # --reasoning auto: this template shows no thinking (llama-server)
     (("--reasoning", "off"), {}, "[thinking=False effort=unset]"),
     (("-rea", "on", "--reasoning-effort", "high"), {}, "[thinking=True effort=high]"),
-    (("--reasoning-effort", "high"), {"reasoning_effort": "low"}, "[thinking=True effort=low]"),
+    (("-rea", "on", "--reasoning-effort", "high"), {"reasoning_effort": "low"}, "[thinking=True effort=low]"),
     ((), {"chat_template_kwargs": {"enable_thinking": False}}, "[thinking=False effort=unset]"),
     ((), {"reasoning_effort": "none"}, "[thinking=False effort=unset]"),
 ])

@@ -17,7 +17,6 @@ from app.protocol.stream_sessions import (
     StreamSessions,
     TooManySessions,
 )
-from app.server.wiring import Application
 from tests.inprocess import PROMPT, make_application
 
 
@@ -135,7 +134,9 @@ def test_a_request_that_does_not_stream_leaves_no_session(client: FlaskClient) -
     assert client.post("/v1/streams/lookup", json={"conversation_ids": ["plain"]}).get_json() == []
 
 
-def test_a_resumable_stream_past_the_bound_is_a_503(application: Application, client: FlaskClient) -> None:
+def test_a_resumable_stream_past_the_bound_is_a_503() -> None:
+    application = make_application()  # a server of its own: the earlier tests' streams may still be live
+    client = application.flask.test_client()
     live = [application.context.stream_sessions.create(f"held-{number}") for number in range(MAX_SESSIONS)]
     try:
         refused = client.post("/completion", json={"prompt": PROMPT, "n_predict": 2, "stream": True},
@@ -147,6 +148,7 @@ def test_a_resumable_stream_past_the_bound_is_a_503(application: Application, cl
     finally:
         for session in live:
             session.finish()
+        application.shutdown()
 
 
 def test_on_a_server_with_api_keys_the_key_is_enough() -> None:

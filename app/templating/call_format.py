@@ -1,0 +1,169 @@
+"""A chat template's own tool-call format (learned from the template by app/templating/call_learning.py),
+and reading the calls a model wrote in it."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any, Literal
+
+CALL_IDS = ("a1b2c3d4e", "f5g6h7i8j")  # the probe calls' ids (nine letters and digits, as Mistral's templates insist)
+_DECODER = json.JSONDecoder()
+
+
+@dataclass(frozen=True)
+class ParsedCall:
+    name: str
+    arguments: Any  # a dict, or the text of arguments that are not JSON
+
+
+@dataclass(frozen=True)
+class CallFormat:
+    """The text around a template's tool calls: ``section_start`` (call ``separator`` call)* ``section_end``,
+    each call ``call_start`` name ``name_end`` arguments ``call_end``; tagged arguments are pairs
+    ``key_start`` key ``key_end`` value ``value_end``, ``pair_separator`` between two; an ``object`` call is
+    one JSON object with the name at ``name_path`` and the arguments at ``arguments_path``."""
+
+    arguments: Literal["json", "tagged", "object"]
+    section_start: str
+    call_start: str
+    name_end: str
+    call_end: str
+    section_end: str
+    separator: str | None  # None: the template renders one call a turn
+    key_start: str = ""
+    key_end: str = ""
+    value_end: str = ""
+    pair_separator: str = ""  # between two tagged pairs (Gemma 4's ","), after the first's value_end
+    name_path: tuple[str, ...] = ()
+    arguments_path: tuple[str, ...] = ()
+
+    @property
+    def marker(self) -> str:
+        """The text that opens the calls (what a reply that is a call starts with)."""
+        return (self.section_start + self.call_start).strip()
+
+    def parse(self, text: str, names: list[str]) -> tuple[str, list[ParsedCall]] | None:
+        """(text before the calls, the calls); None when the text holds no call in this format."""
+        opening = _pattern(self.section_start + self.call_start).search(text)
+        if opening is None:
+            return None
+        calls: list[ParsedCall] = []
+        position = opening.start() + _matched_length(self.section_start, text, opening.start())
+        while True:
+            parsed = self._call(text, position, names)
+            if parsed is None:
+                break
+            calls.append(parsed[0])
+            position = parsed[1]
+            after = _pattern(self.separator).match(text, position) if self.separator is not None else None
+            if after is None or _pattern(self.call_start).match(text, after.end()) is None:
+                break
+            position = after.end()
+        if not calls:
+            return None
+        return text[:opening.start()], calls
+
+    def _call(self, text: str, position: int, names: list[str]) -> tuple[ParsedCall, int] | None:
+        start = _pattern(self.call_start).match(text, position)
+        if start is None:
+            return None
+        if self.arguments == "object":
+            return self._object_call(text, start.end(), names)
+        named = self._name(text, start.end(), names)
+        if named is None:
+            return None
+        name, position = named
+        if self.arguments == "json":
+            arguments, end = json_at(text, position)
+            if end < 0:
+                return None
+        else:
+            arguments, end = self._tagged(text, position)
+        close = _pattern(self.call_end).match(text, end)
+        if close is None:
+            return None
+        return ParsedCall(name, arguments), close.end()
+
+    def _name(self, text: str, position: int, names: list[str]) -> tuple[str, int] | None:
+        """One of the tools' names at ``position`` (the longest that fits) and where ``name_end`` ends."""
+        for name in sorted(names, key=len, reverse=True):
+            if text.startswith(name, position):
+                after = _pattern(self.name_end).match(text, position + len(name))
+                if after is not None:
+                    return name, after.end()
+        return None
+
+    def _object_call(self, text: str, position: int, names: list[str]) -> tuple[ParsedCall, int] | None:
+        value, end = json_at(text, position)
+        name, arguments = _at(value, self.name_path), _at(value, self.arguments_path)
+        if end < 0 or not isinstance(name, str) or (names and name not in names):
+            return None
+        close = _pattern(self.call_end).match(text, end)
+        if close is None:
+            return None
+        return ParsedCall(name, decoded_arguments(arguments)), close.end()
+
+    def _tagged(self, text: str, position: int) -> tuple[dict[str, str], int]:
+        body = (_regex(self.key_start) + r"(?P<key>.+?)" + _regex(self.key_end) + r"(?P<value>.*?)"
+                + _regex(self.value_end) + "(?=" + _regex(self.pair_separator + self.key_start) + "|"
+                + _regex(self.call_end) + ")")
+        first, then = re.compile(body, re.DOTALL), re.compile(_regex(self.pair_separator) + body, re.DOTALL)
+        arguments: dict[str, str] = {}
+        while (found := (then if arguments else first).match(text, position)) is not None:
+            arguments[found["key"]] = found["value"]
+            position = found.end()
+        return arguments, position
+
+
+def _regex(literal: str) -> str:
+    """A template's literal text as a pattern that lets the model's whitespace and numbers differ (a call's
+    index, ``functions.name:0``) and takes any call id where the template wrote the probe's."""
+    parts = []
+    for piece in re.split(r"(\s+|\d+|" + "|".join(CALL_IDS) + ")", literal):
+        if not piece:
+            continue
+        if piece.isspace():
+            parts.append(r"\s*")
+        elif piece in CALL_IDS:
+            parts.append(r"[A-Za-z0-9_\-.:]+?")
+        elif piece.isdigit():
+            parts.append(r"\d+")
+        else:
+            parts.append(re.escape(piece))
+    return "".join(parts)
+
+
+def _pattern(literal: str | None) -> re.Pattern[str]:
+    return re.compile(_regex(literal or ""), re.DOTALL)
+
+
+def _matched_length(literal: str, text: str, position: int) -> int:
+    found = _pattern(literal).match(text, position)
+    return found.end() - position if found else 0
+
+
+def json_at(text: str, position: int) -> tuple[Any, int]:
+    """The JSON value at ``position`` (after blanks) and where it ends; -1 when there is none."""
+    while position < len(text) and text[position].isspace():
+        position += 1
+    try:
+        return _DECODER.raw_decode(text, position)
+    except json.JSONDecodeError:
+        return None, -1
+
+
+def _at(value: Any, path: tuple[str, ...]) -> Any:
+    for key in path:
+        if not isinstance(value, dict):
+            return None
+        value = value.get(key)
+    return value
+
+
+def decoded_arguments(arguments: Any) -> Any:
+    if isinstance(arguments, str):
+        value, end = json_at(arguments, 0)
+        return value if end == len(arguments.rstrip()) and isinstance(value, dict) else arguments
+    return arguments

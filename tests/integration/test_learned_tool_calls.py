@@ -1,0 +1,92 @@
+"""Tool calls in the chat template's own format, on the real model, for templates whose format this server
+learns (app/templating/call_learning.py): the template renders the tools itself, a forced call is written
+in the template's format (tagged arguments, a JSON call section, a JSON list of call objects) and arrives
+through the OpenAI SDK as a tool call, streamed or not, and a call history renders in that format."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import openai
+import pytest
+import requests
+
+from tests.integration.conftest import Server, start
+
+TEMPLATES = Path(__file__).resolve().parents[1] / "data" / "templates"
+WEATHER = {"type": "function", "function": {"name": "get_weather", "description": "The weather in a city",
+                                            "parameters": {"type": "object", "properties": {
+                                                "city": {"type": "string", "enum": ["Paris", "Oslo"]}},
+                                                "required": ["city"]}}}
+QUESTION = [{"role": "user", "content": "What is the weather in Paris?"}]
+# Nemotron's template opens a thinking block: the forced call's grammar lets the model end it first, and a
+# reasoning budget of 0 ends it at once (the forced end tag goes through the same grammar)
+NO_THINKING = {"reasoning_budget_tokens": 0}
+# template: (what its own rendering of the tools holds, how it writes a call in a history)
+CASES = {
+    "Qwen3-Coder": ("<tools>", "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>"),
+    "Kimi-K2-Thinking": ("<|im_system|>tool_declare",
+                         '<|tool_call_begin|>functions.get_weather:0<|tool_call_argument_begin|>{"city": "Paris"}'),
+    "NVIDIA-Nemotron-Nano-v2": ("<AVAILABLE_TOOLS>", '<TOOLCALL>[{"name": "get_weather", "arguments": '
+                                                     '{"city": "Paris"}}]</TOOLCALL>'),
+}
+
+
+@pytest.fixture(scope="module", params=sorted(CASES))
+def templated(request: pytest.FixtureRequest, server_dir: Path) -> Iterator[tuple[str, Server]]:
+    server = start(server_dir, ["--jinja", "--chat-template-file", str(TEMPLATES / f"{request.param}.jinja"),
+                                "-np", "2", "-c", "4096"])
+    try:
+        yield request.param, server
+    finally:
+        assert server.stop() == 0, server.log()
+
+
+def test_the_template_renders_the_tools_itself(templated: tuple[str, Server]) -> None:
+    name, server = templated
+    prompt = requests.post(server.url("/apply-template"), timeout=30,
+                           json={"messages": QUESTION, "tools": [WEATHER]}).json()["prompt"]
+    assert CASES[name][0] in prompt and "get_weather" in prompt
+    assert "You can call the following tools" not in prompt  # not this server's generic description
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_forced_call_in_the_templates_format_arrives_as_a_tool_call(templated: tuple[str, Server],
+                                                                      stream: bool) -> None:
+    _, server = templated
+    client = openai.OpenAI(base_url=server.url("/v1"), api_key="none")
+    arguments: dict[str, str]
+    if stream:
+        chunks = list(client.chat.completions.create(model="m", messages=QUESTION, tools=[WEATHER],  # type: ignore[call-overload]
+                                                     tool_choice="required", max_tokens=160, temperature=0,
+                                                     stream=True, extra_body=NO_THINKING))
+        calls = [call for chunk in chunks if chunk.choices for call in chunk.choices[0].delta.tool_calls or []]
+        finish = [chunk.choices[0].finish_reason for chunk in chunks if chunk.choices][-1]
+        assert finish == "tool_calls" and len(calls) == 1
+        assert calls[0].function is not None and calls[0].function.name == "get_weather"
+        arguments = json.loads(calls[0].function.arguments or "")
+    else:
+        reply = client.chat.completions.create(model="m", messages=QUESTION, tools=[WEATHER],  # type: ignore[call-overload]
+                                               tool_choice="required", max_tokens=160, temperature=0,
+                                               extra_body=NO_THINKING)
+        choice = reply.choices[0]
+        assert choice.finish_reason == "tool_calls" and choice.message.tool_calls
+        call = choice.message.tool_calls[0]
+        assert call.function.name == "get_weather"
+        arguments = json.loads(call.function.arguments)
+    assert set(arguments) == {"city"} and arguments["city"] in ("Paris", "Oslo")
+
+
+def test_a_call_history_renders_in_the_templates_format(templated: tuple[str, Server]) -> None:
+    name, server = templated
+    messages = [*QUESTION, {"role": "assistant", "content": "", "tool_calls": [{
+        "id": "Ab3De4Fg5", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}]},
+        {"role": "tool", "tool_call_id": "Ab3De4Fg5", "content": "sunny"}]
+    prompt = requests.post(server.url("/apply-template"), timeout=30,
+                           json={"messages": messages, "tools": [WEATHER]}).json()["prompt"]
+    assert CASES[name][1] in prompt and "sunny" in prompt
+    reply = requests.post(server.url("/v1/chat/completions"), timeout=120,
+                          json={"messages": messages, "tools": [WEATHER], "max_tokens": 8, "temperature": 0})
+    assert reply.status_code == 200, reply.text[:300]

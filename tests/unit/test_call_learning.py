@@ -1,0 +1,151 @@
+"""Tool-call formats learned from real models' chat templates (tests/data/templates, from the pinned llama.cpp):
+each template's format is learned, and a reply written the way that model writes calls is read back into
+the calls, typed by the tools' schemas; the template renders the tools itself; a forced call's grammar
+spells the template's format."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from app.handlers.tools import (
+    NamedFunction,
+    NamedToolChoice,
+    ToolFormat,
+    ToolSpec,
+    call_grammar,
+    parse_tool_calls,
+    plan_tools,
+)
+from app.templating.call_format import CallFormat
+from app.templating.call_learning import learn_call_format
+from app.templating.chat_template import ChatTemplate, TemplateChoice
+from tests.fakes import FakeVocabulary
+
+TEMPLATES = Path(__file__).resolve().parents[1] / "data" / "templates"
+TOOLS = [ToolSpec.model_validate({"type": "function", "function": {
+    "name": name, "description": f"the {name} tool", "parameters": {"type": "object", "properties": {
+        "city": {"type": "string"}, "days": {"type": "integer"}}}}}) for name in ("get_weather", "get_time")]
+WEATHER = ("get_weather", {"city": "Paris", "days": 3})
+TIME = ("get_time", {"city": "Oslo", "days": 1})
+
+def _ds(marker: str) -> str:
+    """A DeepSeek special token: fullwidth bars, words joined by U+2581."""
+    return "<\uff5c" + marker.replace(" ", "\u2581") + "\uff5c>"
+
+
+REPLIES = {  # a reply as each model writes its calls, one call and two
+    "Qwen3-Coder": ("tagged", "Let me check.\n<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n"
+                    "</parameter>\n<parameter=days>\n3\n</parameter>\n</function>\n</tool_call>",
+                    "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n<parameter=days>\n3\n"
+                    "</parameter>\n</function>\n</tool_call>\n<tool_call>\n<function=get_time>\n<parameter=city>\nOslo"
+                    "\n</parameter>\n<parameter=days>\n1\n</parameter>\n</function>\n</tool_call>"),
+    "GLM-4.6": ("tagged", "Let me check.<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Paris</arg_value>"
+                "\n<arg_key>days</arg_key>\n<arg_value>3</arg_value>\n</tool_call>",
+                "<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Paris</arg_value>\n<arg_key>days</arg_key>"
+                "\n<arg_value>3</arg_value>\n</tool_call>\n<tool_call>get_time\n<arg_key>city</arg_key>\n<arg_value>"
+                "Oslo</arg_value>\n<arg_key>days</arg_key>\n<arg_value>1</arg_value>\n</tool_call>"),
+    "Kimi-K2-Thinking": ("json", "Let me check.<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0"
+                         '<|tool_call_argument_begin|>{"city": "Paris", "days": 3}<|tool_call_end|>'
+                         "<|tool_calls_section_end|>",
+                         "<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0<|tool_call_argument_"
+                         'begin|>{"city": "Paris", "days": 3}<|tool_call_end|><|tool_call_begin|>functions.get_time:1'
+                         '<|tool_call_argument_begin|>{"city":"Oslo","days":1}<|tool_call_end|><|tool_calls_section_'
+                         "end|>"),
+    "Mistral-Small-3.2-24B-Instruct-2506": (
+        "json", 'Let me check.[TOOL_CALLS]get_weather[CALL_ID]Xy7Kp2Qz9[ARGS]{"city": "Paris", "days": 3}',
+        '[TOOL_CALLS]get_weather[CALL_ID]Xy7Kp2Qz9[ARGS]{"city": "Paris", "days": 3}[TOOL_CALLS]get_time[CALL_ID]'
+        'Ab3De4Fg5[ARGS]{"city": "Oslo", "days": 1}'),
+    "NVIDIA-Nemotron-Nano-v2": ("object", 'Let me check.<TOOLCALL>[{"name": "get_weather", "arguments": {"city": '
+                                '"Paris", "days": 3}}]</TOOLCALL>',
+                                '<TOOLCALL>[{"name": "get_weather", "arguments": {"city": "Paris", "days": 3}}, '
+                                '{"name": "get_time", "arguments": {"city": "Oslo", "days": 1}}]</TOOLCALL>'),
+    "google-gemma-4-31B-it": ("tagged", 'Let me check.<|tool_call>call:get_weather{city:<|"|>Paris<|"|>,days:<|"|>3'
+                              '<|"|>}<tool_call|>',
+                              '<|tool_call>call:get_weather{city:<|"|>Paris<|"|>,days:<|"|>3<|"|>}<tool_call|>'
+                              '<|tool_call>call:get_time{days:<|"|>1<|"|>,city:<|"|>Oslo<|"|>}<tool_call|>'),
+    "deepseek-ai-DeepSeek-V3.1": (
+        "json", "Let me check." + _ds("tool calls begin") + _ds("tool call begin") + "get_weather" + _ds("tool sep")
+        + '{"city": "Paris", "days": 3}' + _ds("tool call end") + _ds("tool calls end"),
+        _ds("tool calls begin") + _ds("tool call begin") + "get_weather" + _ds("tool sep")
+        + '{"city": "Paris", "days": 3}' + _ds("tool call end") + _ds("tool call begin") + "get_time" + _ds("tool sep")
+        + '{"city": "Oslo", "days": 1}' + _ds("tool call end") + _ds("tool calls end")),
+}
+
+
+def template(name: str) -> ChatTemplate:
+    source = (TEMPLATES / f"{name}.jinja").read_text(encoding="utf-8")
+    return ChatTemplate(TemplateChoice(source, None), "<s>", "</s>", lambda *_: "")
+
+
+def learned(name: str) -> CallFormat:
+    found = learn_call_format(template(name))
+    assert found is not None, f"{name}: no format learned"
+    return found
+
+
+@pytest.mark.parametrize("name", sorted(REPLIES))
+def test_a_reply_in_the_models_own_format_is_read_back(name: str) -> None:
+    kind, one_call, two_calls = REPLIES[name]
+    call_format = learned(name)
+    assert call_format.arguments == kind
+    source = (TEMPLATES / f"{name}.jinja").read_text(encoding="utf-8")
+    plan = plan_tools(TOOLS, "auto", True, source, call_format)
+    assert plan is not None and plan.format is ToolFormat.LEARNED
+    content, calls = parse_tool_calls(one_call, plan)
+    assert content == "Let me check."
+    assert [(call.name, json.loads(call.arguments)) for call in calls] == [WEATHER]
+    content, calls = parse_tool_calls(two_calls, plan)
+    assert content == ""
+    assert [(call.name, json.loads(call.arguments)) for call in calls] == [WEATHER, TIME]
+
+
+def test_text_without_a_call_stays_the_answer() -> None:
+    source = (TEMPLATES / "Qwen3-Coder.jinja").read_text(encoding="utf-8")
+    plan = plan_tools(TOOLS, "auto", False, source, learned("Qwen3-Coder"))
+    assert plan is not None
+    assert parse_tool_calls("It is sunny in <b>Paris</b>.", plan) == ("It is sunny in <b>Paris</b>.", [])
+    unknown = "<tool_call>\n<function=launch>\n<parameter=city>\nParis\n</parameter>\n</function>\n</tool_call>"
+    assert parse_tool_calls(unknown, plan)[1] == []  # not one of the request's tools
+
+
+def test_a_template_that_writes_no_calls_learns_nothing() -> None:
+    chatml = ("{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+              "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+    assert learn_call_format(ChatTemplate(TemplateChoice(chatml, None), "", "", lambda *_: "")) is None
+
+
+def test_templates_with_list_methods_render_a_call_history() -> None:
+    """Kimi K2 Thinking keeps its call ids in a list it appends to, as llama.cpp's Jinja allows."""
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "Weather?"},
+                {"role": "assistant", "content": "", "tool_calls": [{"id": "1", "type": "function", "function": {
+                    "name": "get_weather", "arguments": {"city": "Paris"}}}]},
+                {"role": "tool", "tool_call_id": "1", "content": "sunny"}]
+    prompt = template("Kimi-K2-Thinking").render(messages, True)
+    assert "functions.get_weather:0" in prompt and "sunny" in prompt
+
+
+def test_a_forced_call_grammar_spells_the_templates_format() -> None:
+    source = (TEMPLATES / "Qwen3-Coder.jinja").read_text(encoding="utf-8")
+    plan = plan_tools(TOOLS, "required", False, source, learned("Qwen3-Coder"))
+    assert plan is not None
+    grammar = call_grammar(plan, FakeVocabulary())
+    assert grammar.startswith("root ::= ")
+    assert '"<tool_call>\\n<function="' in grammar and '"get_weather"' in grammar and '"get_time"' in grammar
+    assert '"days" ">\\n" ("-"? [0-9]{1,18}) "\\n</parameter"' in grammar  # a typed value; an integer's digits
+    named = plan_tools(TOOLS, NamedToolChoice(function=NamedFunction(name="get_time")), False, source,
+                       learned("Qwen3-Coder"))
+    assert named is not None
+    assert '"get_weather"' not in call_grammar(named, FakeVocabulary())
+
+
+def test_a_forced_call_after_an_opened_thinking_ends_the_thinking_first() -> None:
+    source = (TEMPLATES / "NVIDIA-Nemotron-Nano-v2.jinja").read_text(encoding="utf-8")
+    plan = plan_tools(TOOLS, "required", False, source, learned("NVIDIA-Nemotron-Nano-v2"))
+    assert plan is not None
+    grammar = call_grammar(plan, FakeVocabulary(), thinking=True)
+    assert grammar.splitlines()[0] == r'root ::= [^<]* "</think>" [ \n]* thought-out-calls'
+    assert grammar.splitlines()[1].startswith('thought-out-calls ::= "<TOOLCALL>["')
