@@ -118,7 +118,19 @@ def learn_call_format(template: Renders) -> CallFormat | None:
     if shape is None:
         return None
     learned = _with_sections(shape, one, two)
-    return learned if _reads_back(learned, one, two) else None
+    return learned if _reads_back(learned, one, two) and not _holds_probe_text(learned) else None
+
+
+_PROBE_WORDS = ("probe", "first", "second")
+
+
+def _holds_probe_text(learned: CallFormat) -> bool:
+    """Whether a part of the format took in some of a probe's names: a template that closes a value with its key
+    (MiniMax M3's <key>value</key>) reads its probes back through shared parts of their names, and nothing
+    else."""
+    parts = (learned.section_start, learned.call_start, learned.name_end, learned.call_end, learned.section_end,
+             learned.separator or "", learned.key_start, learned.key_end, learned.value_end, learned.pair_separator)
+    return any(word in part for part in parts for word in _PROBE_WORDS)
 
 
 @dataclass(frozen=True)

@@ -149,3 +149,12 @@ def test_a_forced_call_after_an_opened_thinking_ends_the_thinking_first() -> Non
     grammar = call_grammar(plan, FakeVocabulary(), thinking=True)
     assert grammar.splitlines()[0] == r'root ::= [^<]* "</think>" [ \n]* thought-out-calls'
     assert grammar.splitlines()[1].startswith('thought-out-calls ::= "<TOOLCALL>["')
+
+
+def test_a_format_that_repeats_the_key_in_its_closing_tag_is_not_learned() -> None:
+    """<key>value</key> (MiniMax M3's) reads the probes back only through the part of their names they share:
+    such a format would read no real call, so none is learned."""
+    source = ('{% for m in messages %}{% if m.tool_calls %}{% for c in m.tool_calls %}<invoke name="'
+              '{{ c.function.name }}">{% for k, v in c.function.arguments.items() %}<{{ k }}>{{ v }}</{{ k }}>'
+              "{% endfor %}</invoke>{% endfor %}{% else %}{{ m.content }}{% endif %}{% endfor %}")
+    assert learn_call_format(ChatTemplate(TemplateChoice(source, None), "", "", lambda *_: "")) is None
