@@ -74,27 +74,30 @@ def learned_grammar(learned: CallFormat, tools: Sequence[tuple[str, dict[str, An
 
 
 def _tagged_pairs(learned: CallFormat, parameters: dict[str, Any], prefix: str) -> tuple[str, list[str]]:
-    """The tagged arguments of one tool: each required parameter once, in order, then at most one of each
-    optional one (joined by a separator: up to one pair a parameter, in any order); a value as its schema
-    allows (one of an enum, a number, a boolean) or text up to the tag."""
+    """The tagged arguments of one tool: each required parameter once, in order, then up to as many optional
+    ones as there are (with the template's separator between two pairs); a value as its schema allows (one of
+    an enum, a number, a boolean) or text up to the tag."""
     properties = parameters.get("properties", {}) if isinstance(parameters.get("properties"), dict) else {}
     required = [key for key in parameters.get("required", []) if key in properties]
     optional = [key for key in properties if key not in required]
     stop = (learned.value_end.strip() or "<")[0]
     rules = []
     for index, key in enumerate(properties):
+        key_end, value_end = learned.key_end, learned.value_end
+        if learned.typed_key_end is not None and _not_text(properties[key]):
+            key_end, value_end = learned.typed_key_end, learned.typed_value_end
         rules.append(f"{prefix}p{index} ::= " + _sequence(
-            _literal(learned.key_start), _literal(key), _literal(learned.key_end), _value_rule(properties[key], stop),
-            _literal(learned.value_end)))
+            _literal(learned.key_start), _literal(key), _literal(key_end), _value_rule(properties[key], stop),
+            _literal(value_end)))
     names = {key: f"{prefix}p{index}" for index, key in enumerate(properties)}
-    if learned.pair_separator and properties:  # pairs joined by a separator: any of them, each once at most
-        rules.append(f"{prefix}any ::= " + " | ".join(names.values()))
-        more = f"({_literal(learned.pair_separator)} {prefix}any){{0,{len(properties) - 1}}}"
-        return f"({prefix}any {more})" + ("" if required else "?"), rules
-    sequence = [names[key] for key in required]
+    separator = _literal(learned.pair_separator)
+    sequence = [names[key] if index == 0 else _sequence(separator, names[key]) for index, key in enumerate(required)]
     if optional:
         rules.append(f"{prefix}optional ::= " + " | ".join(names[key] for key in optional))
-        sequence.append(f"{prefix}optional{{0,{len(optional)}}}")
+        if not required and separator:  # the first pair has no separator before it
+            sequence.append(f"({prefix}optional ({separator} {prefix}optional){{0,{len(optional) - 1}}})?")
+        else:
+            sequence.append(f"({_sequence(separator if required else '', f'{prefix}optional')}){{0,{len(optional)}}}")
     return _sequence(*sequence), rules
 
 
@@ -108,9 +111,19 @@ def _value_rule(schema: Any, stop: str) -> str:
     return _TYPED_VALUES.get(kind, text) if isinstance(kind, str) else text
 
 
+def _not_text(schema: Any) -> bool:
+    """A parameter whose values are numbers or booleans (written as the template writes a number)."""
+    if not isinstance(schema, dict):
+        return False
+    enum = schema.get("enum")
+    if isinstance(enum, list) and enum:
+        return not any(isinstance(value, str) for value in enum)
+    return schema.get("type") in _TYPED_VALUES
+
+
 _TYPED_VALUES = {  # a tagged value of these types, written as JSON writes it
-    "integer": '("-"? [0-9]{1,18})',
-    "number": '("-"? [0-9]{1,18} ("." [0-9]{1,18})?)',
+    "integer": '("-"? ("0" | [1-9] [0-9]{0,17}))',
+    "number": '("-"? ("0" | [1-9] [0-9]{0,17}) ("." [0-9]{1,18})?)',
     "boolean": '("true" | "false")',
 }
 

@@ -36,6 +36,8 @@ class CallFormat:
     key_end: str = ""
     value_end: str = ""
     pair_separator: str = ""  # between two tagged pairs (Gemma 4's ","), after the first's value_end
+    typed_key_end: str | None = None  # around a value that is not a string, where it differs (DeepSeek's
+    typed_value_end: str = ""  # string="false", Gemma 4's unquoted numbers); None: the same
     name_path: tuple[str, ...] = ()
     arguments_path: tuple[str, ...] = ()
 
@@ -106,13 +108,15 @@ class CallFormat:
         return ParsedCall(name, decoded_arguments(arguments)), close.end()
 
     def _tagged(self, text: str, position: int) -> tuple[dict[str, str], int]:
-        body = (_regex(self.key_start) + r"(?P<key>.+?)" + _regex(self.key_end) + r"(?P<value>.*?)"
-                + _regex(self.value_end) + "(?=" + _regex(self.pair_separator + self.key_start) + "|"
-                + _regex(self.call_end) + ")")
+        value = _regex(self.key_end) + r"(?P<value>.*?)" + _regex(self.value_end)
+        if self.typed_key_end is not None:
+            value = f"(?:{value}|{_regex(self.typed_key_end)}(?P<typed>.*?){_regex(self.typed_value_end)})"
+        body = (_regex(self.key_start) + r"(?P<key>.+?)" + value + "(?=" + _regex(self.pair_separator + self.key_start)
+                + "|" + _regex(self.call_end) + ")")
         first, then = re.compile(body, re.DOTALL), re.compile(_regex(self.pair_separator) + body, re.DOTALL)
         arguments: dict[str, str] = {}
         while (found := (then if arguments else first).match(text, position)) is not None:
-            arguments[found["key"]] = found["value"]
+            arguments[found["key"]] = found["value"] if found["value"] is not None else found["typed"]
             position = found.end()
         return arguments, position
 

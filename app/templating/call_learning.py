@@ -118,7 +118,42 @@ def learn_call_format(template: Renders) -> CallFormat | None:
     if shape is None:
         return None
     learned = _with_sections(shape, one, two)
-    return learned if _reads_back(learned, one, two) and not _holds_probe_text(learned) else None
+    if not _reads_back(learned, one, two) or _holds_probe_text(learned):
+        return None
+    return _with_typed_values(template, learned)
+
+
+TYPED_ARGUMENTS = {**ARGUMENTS, "probe_arg_first": 12345}
+
+
+def _with_typed_values(template: Renders, learned: CallFormat) -> CallFormat:
+    """Tagged arguments with what stands around a number where it is not what stands around a string
+    (DeepSeek V3.2's string="false", Gemma 4's and LFM2.5's unquoted numbers), kept if it reads back."""
+    if learned.arguments != "tagged":
+        return learned
+    call = {**_call(0), "function": {"name": FUNCTIONS[0], "arguments": TYPED_ARGUMENTS}}
+    try:
+        text = template.render([{"role": "user", "content": "Zq probe question Zq"},
+                                {"role": "assistant", "content": "", "tool_calls": [call]}], False, PROBE_TOOLS)
+    except InvalidRequestError:
+        return learned
+    (key_one, _), (key_two, _) = ARGUMENTS.items()
+    number = str(TYPED_ARGUMENTS[key_one])
+    first = text.find(key_one, text.rfind(FUNCTIONS[0]))
+    value_at = text.find(number, first)
+    second = text.find(key_two, value_at)
+    joint = learned.pair_separator + learned.key_start
+    between = text[value_at + len(number):second]
+    if min(first, value_at, second) < 0 or not between.endswith(joint):
+        return learned
+    typed = replace(learned, typed_key_end=text[first + len(key_one):value_at],
+                    typed_value_end=between[:len(between) - len(joint)])
+    if (typed.typed_key_end, typed.typed_value_end) == (learned.key_end, learned.value_end):
+        return learned
+    parsed = typed.parse(text[text.rfind(learned.section_start + learned.call_start):], list(FUNCTIONS))
+    reads_back = parsed is not None and [call.arguments for call in parsed[1]] == [
+        {key: str(value) for key, value in TYPED_ARGUMENTS.items()}]
+    return typed if reads_back and not _holds_probe_text(typed) else learned
 
 
 _PROBE_WORDS = ("probe", "first", "second")
@@ -129,7 +164,8 @@ def _holds_probe_text(learned: CallFormat) -> bool:
     (MiniMax M3's <key>value</key>) reads its probes back through shared parts of their names, and nothing
     else."""
     parts = (learned.section_start, learned.call_start, learned.name_end, learned.call_end, learned.section_end,
-             learned.separator or "", learned.key_start, learned.key_end, learned.value_end, learned.pair_separator)
+             learned.separator or "", learned.key_start, learned.key_end, learned.value_end, learned.pair_separator,
+             learned.typed_key_end or "", learned.typed_value_end)
     return any(word in part for part in parts for word in _PROBE_WORDS)
 
 

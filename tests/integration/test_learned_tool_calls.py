@@ -18,8 +18,9 @@ from tests.integration.conftest import Server, start
 TEMPLATES = Path(__file__).resolve().parents[1] / "data" / "templates"
 WEATHER = {"type": "function", "function": {"name": "get_weather", "description": "The weather in a city",
                                             "parameters": {"type": "object", "properties": {
-                                                "city": {"type": "string", "enum": ["Paris", "Oslo"]}},
-                                                "required": ["city"]}}}
+                                                "city": {"type": "string", "enum": ["Paris", "Oslo"]},
+                                                "days": {"type": "integer"}},
+                                                "required": ["city", "days"]}}}
 QUESTION = [{"role": "user", "content": "What is the weather in Paris?"}]
 # Nemotron's template opens a thinking block: the forced call's grammar lets the model end it first, and a
 # reasoning budget of 0 ends it at once (the forced end tag goes through the same grammar)
@@ -29,6 +30,7 @@ CASES = {
     "Qwen3-Coder": ("<tools>", "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>"),
     "Kimi-K2-Thinking": ("<|im_system|>tool_declare",
                          '<|tool_call_begin|>functions.get_weather:0<|tool_call_argument_begin|>{"city": "Paris"}'),
+    "google-gemma-4-31B-it": ("<|tool>declaration:get_weather", 'call:get_weather{city:<|"|>Paris<|"|>}'),
     "NVIDIA-Nemotron-Nano-v2": ("<AVAILABLE_TOOLS>", '<TOOLCALL>[{"name": "get_weather", "arguments": '
                                                      '{"city": "Paris"}}]</TOOLCALL>'),
 }
@@ -76,7 +78,8 @@ def test_a_forced_call_in_the_templates_format_arrives_as_a_tool_call(templated:
         call = choice.message.tool_calls[0]
         assert call.function.name == "get_weather"
         arguments = json.loads(call.function.arguments)
-    assert set(arguments) == {"city"} and arguments["city"] in ("Paris", "Oslo")
+    assert set(arguments) == {"city", "days"} and arguments["city"] in ("Paris", "Oslo")
+    assert isinstance(arguments["days"], int)  # typed by the schema, whether the template quotes it or not
 
 
 def test_a_call_history_renders_in_the_templates_format(templated: tuple[str, Server]) -> None:

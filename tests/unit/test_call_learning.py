@@ -37,6 +37,20 @@ def _ds(marker: str) -> str:
     return "<\uff5c" + marker.replace(" ", "\u2581") + "\uff5c>"
 
 
+def _dsml_calls(*calls: tuple[str, dict[str, Any]]) -> str:
+    """Calls as DeepSeek V4 writes them: tags named with its fullwidth-bar DSML token, a string parameter
+    string="true", a number string="false"."""
+    def tag(name: str, closing: bool = False) -> str:
+        return ("</" if closing else "<") + "\uff5cDSML\uff5c" + name + ">"
+
+    invokes = "".join(
+        tag(f'invoke name="{name}"') + "\n" + "".join(
+            tag(f'parameter name="{key}" string="{str(isinstance(value, str)).lower()}"') + str(value)
+            + tag("parameter", True) + "\n" for key, value in arguments.items()) + tag("invoke", True) + "\n"
+        for name, arguments in calls)
+    return tag("tool_calls") + "\n" + invokes + tag("tool_calls", True)
+
+
 REPLIES = {  # a reply as each model writes its calls, one call and two
     "Qwen3-Coder": ("tagged", "Let me check.\n<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n"
                     "</parameter>\n<parameter=days>\n3\n</parameter>\n</function>\n</tool_call>",
@@ -63,10 +77,11 @@ REPLIES = {  # a reply as each model writes its calls, one call and two
                                 '"Paris", "days": 3}}]</TOOLCALL>',
                                 '<TOOLCALL>[{"name": "get_weather", "arguments": {"city": "Paris", "days": 3}}, '
                                 '{"name": "get_time", "arguments": {"city": "Oslo", "days": 1}}]</TOOLCALL>'),
-    "google-gemma-4-31B-it": ("tagged", 'Let me check.<|tool_call>call:get_weather{city:<|"|>Paris<|"|>,days:<|"|>3'
-                              '<|"|>}<tool_call|>',
-                              '<|tool_call>call:get_weather{city:<|"|>Paris<|"|>,days:<|"|>3<|"|>}<tool_call|>'
-                              '<|tool_call>call:get_time{days:<|"|>1<|"|>,city:<|"|>Oslo<|"|>}<tool_call|>'),
+    "google-gemma-4-31B-it": ("tagged", 'Let me check.<|tool_call>call:get_weather{city:<|"|>Paris<|"|>,days:3}'
+                              "<tool_call|>",  # a number unquoted
+                              '<|tool_call>call:get_weather{city:<|"|>Paris<|"|>,days:3}<tool_call|>'
+                              '<|tool_call>call:get_time{days:1,city:<|"|>Oslo<|"|>}<tool_call|>'),
+    "deepseek-ai-DeepSeek-V4": ("tagged", "Let me check.\n\n" + _dsml_calls(WEATHER), _dsml_calls(WEATHER, TIME)),
     "deepseek-ai-DeepSeek-V3.1": (
         "json", "Let me check." + _ds("tool calls begin") + _ds("tool call begin") + "get_weather" + _ds("tool sep")
         + '{"city": "Paris", "days": 3}' + _ds("tool call end") + _ds("tool calls end"),
@@ -135,7 +150,13 @@ def test_a_forced_call_grammar_spells_the_templates_format() -> None:
     grammar = call_grammar(plan, FakeVocabulary())
     assert grammar.startswith("root ::= ")
     assert '"<tool_call>\\n<function="' in grammar and '"get_weather"' in grammar and '"get_time"' in grammar
-    assert '"days" ">\\n" ("-"? [0-9]{1,18}) "\\n</parameter"' in grammar  # a typed value; an integer's digits
+    assert '"days" ">\\n" ("-"? ("0" | [1-9] [0-9]{0,17})) "\\n</parameter"' in grammar  # an integer's digits
+    gemma_source = (TEMPLATES / "google-gemma-4-31B-it.jinja").read_text(encoding="utf-8")
+    gemma = plan_tools(TOOLS, "required", False, gemma_source, learned("google-gemma-4-31B-it"))
+    assert gemma is not None
+    gemma_grammar = call_grammar(gemma, FakeVocabulary())
+    assert '"days" ":" ("-"? ("0" | [1-9] [0-9]{0,17}))' in gemma_grammar  # a number unquoted, as Gemma 4 writes it
+    assert '"city" ":<|\\"|>" [^<]* "<|\\"|>"' in gemma_grammar
     named = plan_tools(TOOLS, NamedToolChoice(function=NamedFunction(name="get_time")), False, source,
                        learned("Qwen3-Coder"))
     assert named is not None
