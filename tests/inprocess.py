@@ -30,10 +30,10 @@ class FimVocabulary(FakeVocabulary):
         return {"fim_pre": 3, "fim_suf": 4, "fim_mid": MARK}
 
 
-def make_application(*args: str) -> Application:
-    """The app on the fake backend (answering JAPANESE), loaded; ``args`` are extra flags."""
+def make_application(*args: str, reply: str = JAPANESE) -> Application:
+    """The app on the fake backend (answering ``reply``), loaded; ``args`` are extra flags."""
     def make(config: Any) -> Backend:
-        return FakeBackend(reply_for=lambda prompt: JAPANESE, n_seq=config.n_seq,
+        return FakeBackend(reply_for=lambda prompt: reply, n_seq=config.n_seq,
                            n_ctx_seq=N_CTX_SEQ, n_batch=512, vocab=FimVocabulary(), poison=encode(POISON)[0])
 
     failures: list[BaseException] = []

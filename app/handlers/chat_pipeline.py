@@ -19,11 +19,11 @@ from app.handlers.prompt_log import log_prompt
 from app.handlers.reasoning import CLOSE, FORMATS, OPEN, ReasoningStream, split_reasoning
 from app.handlers.request_limits import check_media_count
 from app.handlers.shapes import chunk_extras, finish_reason, probability_entries, probs_within_text
+from app.handlers.tool_gate import ToolGate
 from app.handlers.tools import (
     ToolCall,
     ToolPlan,
     call_grammar,
-    call_markers,
     messages_for_template,
     parse_tool_calls,
     plan_tools,
@@ -325,41 +325,6 @@ class ChatDelta:
     progress: bool = False  # a prompt-progress event: no text
 
 
-class _ToolGate:
-    """While a reply might be a tool call, hold its text back; once it clearly is not, stream it."""
-
-    def __init__(self, plan: ToolPlan | None) -> None:
-        self._markers = call_markers(plan) if plan else ()
-        self._state = "streaming" if plan is None else ("buffering" if plan.forced else "undecided")
-        self._held = ""
-
-    @property
-    def buffering(self) -> bool:
-        return self._state == "buffering"
-
-    def feed(self, text: str) -> str:
-        if self._state == "streaming":
-            return text
-        self._held += text
-        if self._state == "buffering":
-            return ""
-        head = self._held.lstrip()
-        if not head:
-            return ""
-        if any(head.startswith(marker) for marker in self._markers):
-            self._state = "buffering"
-            return ""
-        if any(marker.startswith(head) for marker in self._markers):
-            return ""
-        self._state = "streaming"
-        released, self._held = self._held, ""
-        return released
-
-    def release(self) -> str:
-        released, self._held = ("" if self._state == "buffering" else self._held), ""
-        return released
-
-
 def submit_chat(ctx: ServerContext, prepared: PreparedChat) -> JobGroup:
     log_prompt(ctx.settings.log_prompts_dir, prepared.prompt_text)
     return JobGroup(ctx.engine, [prepared.request], prepared.copies)
@@ -370,11 +335,11 @@ def chat_deltas(ctx: ServerContext, prepared: PreparedChat, stream: Iterator[Str
     """A chat's stream as reasoning and content pieces as they come; tool calls once complete.
     Prompt-progress events become deltas of their own where the dialect shows them (``progress``)."""
     splitters: dict[int, ReasoningStream] = {}
-    gates: dict[int, _ToolGate] = {}
+    gates: dict[int, ToolGate] = {}
     for item in stream:
         index, event = item.index, item.event
         splitter = splitters.setdefault(index, ReasoningStream(prepared.reasoning_format, prepared.opened_thinking))
-        gate = gates.setdefault(index, _ToolGate(prepared.plan if prepared.parse_calls else None))
+        gate = gates.setdefault(index, ToolGate(prepared.plan if prepared.parse_calls else None))
         if isinstance(event, TokenChunk):
             if event.progress is not None:
                 if progress:
@@ -385,8 +350,12 @@ def chat_deltas(ctx: ServerContext, prepared: PreparedChat, stream: Iterator[Str
                             logprobs=_logprob_entries(ctx, prepared, event.probs), extras=chunk_extras(event))
             continue
         reasoning, content = splitter.feed("", final=True)
-        content = gate.feed(content) + gate.release()
+        released = gate.feed(content)
+        held = gate.held
+        content = released + gate.release()
         choice = finish_choice(ctx, prepared, index, event)
-        if gate.buffering:
+        if gate.buffering and gate.streamed:  # an answer, then what may be a call: the answer has streamed
+            content = released + ("" if choice.tool_calls else held)
+        elif gate.buffering:  # held from the start: the parsed answer beside the calls, or the whole reply
             content = choice.content
         yield ChatDelta(index, reasoning, content, tool_calls=choice.tool_calls, choice=choice)
