@@ -216,5 +216,5 @@ class ChatTemplate:
             raise
         except jinja2.TemplateError as exc:
             raise InvalidRequestError(f"the chat template failed on these messages: {exc}") from None
-        except (TypeError, ValueError, KeyError, AttributeError) as exc:
+        except (TypeError, ValueError, KeyError, AttributeError, IndexError, ArithmeticError) as exc:
             raise InvalidRequestError(f"the chat template failed on these messages: {exc}") from None

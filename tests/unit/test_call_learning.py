@@ -20,6 +20,7 @@ from app.handlers.tools import (
     parse_tool_calls,
     plan_tools,
 )
+from app.protocol.errors import InvalidRequestError
 from app.templating.call_format import CallFormat
 from app.templating.call_learning import learn_call_format
 from app.templating.chat_template import ChatTemplate, TemplateChoice
@@ -179,3 +180,13 @@ def test_a_format_that_repeats_the_key_in_its_closing_tag_is_not_learned() -> No
               '{{ c.function.name }}">{% for k, v in c.function.arguments.items() %}<{{ k }}>{{ v }}</{{ k }}>'
               "{% endfor %}</invoke>{% endfor %}{% else %}{{ m.content }}{% endif %}{% endfor %}")
     assert learn_call_format(ChatTemplate(TemplateChoice(source, None), "", "", lambda *_: "")) is None
+
+
+def test_a_template_that_fails_on_its_own_lists_is_a_bad_request_not_a_crash() -> None:
+    """Lists a template builds may be changed (llama.cpp's Jinja allows it); popping an empty one (a tool
+    answer without its call, to Kimi's template) is the template's refusal of those messages: a 400."""
+    source = ("{% set ids = [] %}{% for m in messages %}{% if m.role == 'tool' %}{{ ids.pop(0) }}{% endif %}"
+              "{{ m.content }}{% endfor %}")
+    template = ChatTemplate(TemplateChoice(source, None), "", "", lambda *_: "")
+    with pytest.raises(InvalidRequestError, match="pop from empty list"):
+        template.render([{"role": "user", "content": "hi"}, {"role": "tool", "content": "sunny"}])
