@@ -43,8 +43,9 @@ class CallFormat:
 
     @property
     def marker(self) -> str:
-        """The text that opens the calls (what a reply that is a call starts with)."""
-        return (self.section_start + self.call_start).strip()
+        """The text that opens the calls, to its first blank or call id (what a reply that is a call starts
+        with; the model's blanks and ids differ from the template's)."""
+        return re.split(r"\s+|" + "|".join(CALL_IDS), (self.section_start + self.call_start).strip())[0]
 
     def parse(self, text: str, names: list[str]) -> tuple[str, list[ParsedCall]] | None:
         """(text before the calls, the calls); None when the text holds no call in this format."""

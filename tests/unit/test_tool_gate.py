@@ -69,3 +69,14 @@ def test_a_streamed_answer_then_a_call_arrives_as_text_then_the_call() -> None:
         assert [chunk["choices"][0]["finish_reason"] for chunk in chunks if chunk["choices"]][-1] == "tool_calls"
     finally:
         application.shutdown()
+
+
+def test_a_learned_formats_marker_stops_at_a_blank_or_a_call_id() -> None:
+    """The model's blanks and call ids differ from the template's: the marker an answer is watched for is
+    the opening up to the first of them."""
+    from app.templating.call_format import CALL_IDS, CallFormat
+
+    qwen3_coder = CallFormat("tagged", "", "<tool_call>\n<function=", "", "", "", "\n")
+    solar = CallFormat("json", "<|tool_calls|>", f"<|tool_call:begin|>{CALL_IDS[0]}<|tool_call:name|>", "", "", "",
+                       None)
+    assert (qwen3_coder.marker, solar.marker) == ("<tool_call>", "<|tool_calls|><|tool_call:begin|>")
