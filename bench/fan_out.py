@@ -30,7 +30,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from app.model_sources.files import embedded_model_path  # noqa: E402
-from bench.report import QUESTIONS, chat_body, free_port, in_turns, peer_command, running  # noqa: E402
+from bench.report import QUESTIONS, chat_body, in_turns  # noqa: E402
+from bench.side_by_side import add_server_arguments, servers  # noqa: E402
 
 
 def chat_tokens(base: str, question: str, max_tokens: int) -> int:
@@ -83,21 +84,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--max-tokens", type=int, default=64)
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--slots", default="16")
-    parser.add_argument("--ctx-size", default="16384")
-    parser.add_argument("--extra", default="", help="more flags for this server, space-separated")
+    add_server_arguments(parser, revisions=False)
     args = parser.parse_args()
     model = str(embedded_model_path())
     with contextlib.ExitStack() as stack:
-        port, peer_port = free_port(), free_port()
-        ours = [sys.executable, "-m", "app", "-m", model, "--port", str(port), "-np", args.slots,
-                "-c", args.ctx_size, "-t", str(args.threads), *args.extra.split()]
-        env = {"AIP_MODE": "PREDICTION", "AIP_HTTP_PORT": str(port)}
-        bases = {"vertex-llama": stack.enter_context(running(ours, port, "/health", env)).base}
-        command, cwd = peer_command("llama-server", model, peer_port, args.threads, context=args.ctx_size,
-                                    slots=args.slots)
-        bases["llama-server"] = stack.enter_context(running(command, peer_port, "/health", {}, cwd=cwd)).base
+        bases = servers(stack, args, model, prediction=True)
         results = measure(bases, args.rounds, args.max_tokens)
     print(f"8 chats of up to {args.max_tokens} tokens, {args.rounds} rounds, -np {args.slots} -c {args.ctx_size} "
           f"-t {args.threads}: median s (min-max), tokens generated")

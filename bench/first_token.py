@@ -34,11 +34,9 @@ import argparse
 import contextlib
 import json
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +46,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from app.model_sources.files import embedded_model_path  # noqa: E402
-from bench.report import free_port, in_turns, peer_command, running  # noqa: E402
+from bench.report import in_turns  # noqa: E402
+from bench.side_by_side import add_server_arguments, servers  # noqa: E402
 
 SHORT = ["What is the capital of France?", "Name three colours.", "Why is the sky blue?", "Say hello."]
 SYSTEM = ("You are a careful assistant for a travel company. " * 60).strip()
@@ -105,27 +104,6 @@ def measure(bases: dict[str, str], runs: int) -> dict[str, dict[str, tuple[list[
     return results
 
 
-@contextlib.contextmanager
-def worktree(revision: str) -> Iterator[Path]:
-    """A detached checkout of ``revision`` beside this one, removed afterwards."""
-    folder = Path(tempfile.mkdtemp(prefix="first-token-")) / revision
-    subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "--quiet", str(folder), revision],
-                   check=True)
-    try:
-        yield folder
-    finally:
-        subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(folder)], check=False)
-
-
-def ours_at(stack: contextlib.ExitStack, args: argparse.Namespace, model: str, cwd: Path,
-            env: dict[str, str] | None = None) -> str:
-    """The base URL of this server, run from ``cwd`` (this checkout or a revision's worktree)."""
-    port = free_port()
-    command = [sys.executable, "-m", "app", "-m", model, "--port", str(port), "-np", args.slots,
-               "-c", args.ctx_size, "-t", str(args.threads), *args.extra.split()]
-    return stack.enter_context(running(command, port, "/health", env or {}, cwd=cwd)).base
-
-
 def spread(values: list[float]) -> str:
     ordered = sorted(values)
     tenth, ninetieth = ordered[len(ordered) // 10], ordered[(len(ordered) * 9) // 10]
@@ -136,25 +114,12 @@ def spread(values: list[float]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=40)
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--slots", default="16")
-    parser.add_argument("--ctx-size", default="16384")
+    add_server_arguments(parser)
     parser.add_argument("--ours-only", action="store_true", help="measure this server alone")
-    parser.add_argument("--extra", default="", help="more flags for this server, space-separated")
-    parser.add_argument("--revision", action="append", default=[], metavar="REV[=DIR]",
-                        help="also this server at a git revision (DIR: packages it takes first), repeatable")
     args = parser.parse_args()
     model = str(embedded_model_path())
     with contextlib.ExitStack() as stack:
-        bases = {"vertex-llama": ours_at(stack, args, model, ROOT)}
-        for revision, _, packages in (given.partition("=") for given in args.revision):
-            env = {"PYTHONPATH": packages} if packages else {}  # each up beside the others, in the same turns
-            bases[f"@{revision}"] = ours_at(stack, args, model, stack.enter_context(worktree(revision)), env)
-        if not args.ours_only:  # both up at once: an idle server's threads sleep
-            peer_port = free_port()
-            command, cwd = peer_command("llama-server", model, peer_port, args.threads, context=args.ctx_size,
-                                        slots=args.slots)
-            bases["llama-server"] = stack.enter_context(running(command, peer_port, "/health", {}, cwd=cwd)).base
+        bases = servers(stack, args, model, peer=not args.ours_only)
         rows = measure(bases, args.runs)
     print(f"time to first token (ms), {args.runs} runs a case, -np {args.slots} -c {args.ctx_size} "
           f"-t {args.threads}: median (10th-90th percentile, min, max); outside: the time less prompt_ms")

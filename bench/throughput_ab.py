@@ -19,32 +19,20 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from app.model_sources.files import embedded_model_path
-from bench.first_token import ROOT, ours_at, worktree
-from bench.report import free_port, in_turns, peer_command, running, streams_tokens_per_second
+from bench.report import in_turns, streams_tokens_per_second
+from bench.side_by_side import add_server_arguments, servers
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--revision", action="append", default=[], metavar="REV[=DIR]",
-                        help="also this server at a git revision (DIR: packages it takes first), repeatable")
     parser.add_argument("--streams", default="1,8,32,64", help="stream counts, comma-separated")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--max-tokens", type=int, default=64)
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--slots", default="16")
-    parser.add_argument("--ctx-size", default="16384")
-    parser.add_argument("--extra", default="", help="more flags for this server, space-separated")
+    add_server_arguments(parser)
     args = parser.parse_args()
     model = str(embedded_model_path())
     with contextlib.ExitStack() as stack:
-        bases = {"this checkout": ours_at(stack, args, model, ROOT)}
-        for revision, _, packages in (given.partition("=") for given in args.revision):
-            env = {"PYTHONPATH": packages} if packages else {}
-            bases[f"@{revision}"] = ours_at(stack, args, model, stack.enter_context(worktree(revision)), env)
-        port = free_port()
-        command, cwd = peer_command("llama-server", model, port, args.threads, context=args.ctx_size,
-                                    slots=args.slots)
-        bases["llama-server"] = stack.enter_context(running(command, port, "/health", {}, cwd=cwd)).base
+        bases = servers(stack, args, model, ours="this checkout")
         names = list(bases)
         for base in bases.values():  # warm up
             streams_tokens_per_second(base, 4, 16)

@@ -27,7 +27,6 @@ from app.handlers.tools import (
     messages_for_template,
     parse_tool_calls,
     plan_tools,
-    template_renders_tools,
 )
 from app.protocol.errors import InvalidRequestError
 from app.templating.chat_template import derived_arguments
@@ -103,7 +102,7 @@ def render_prompt(ctx: ServerContext, body: ChatBody, plan: ToolPlan | None = No
     items appended to ``media``). A trailing assistant message is a prefill: the model continues it
     rather than starting a new turn."""
     template = ctx.chat_template
-    renders_tools = template_renders_tools(template.source, ctx.call_format)
+    renders_tools = ctx.renders_tools
     collected = media if media is not None else []
     messages = messages_for_template(template_messages(ctx, body, collected), plan, renders_tools)
     if not ctx.chat_template_caps.get("supports_system_role", True):

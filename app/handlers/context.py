@@ -11,6 +11,7 @@ from app.agent.toolbox import Toolbox
 from app.config.settings import Settings
 from app.engine import Engine, NotReadyError, SamplingParams
 from app.engine.json_schema import schema_grammar
+from app.handlers.tools import template_renders_tools
 from app.protocol.api import Route
 from app.protocol.metrics import MetricsExporter
 from app.protocol.stream_sessions import StreamSessions
@@ -44,6 +45,7 @@ class ServerContext:
     _template: ChatTemplate | None = None  # published once, by publish_loaded_model
     _caps: dict[str, bool] = field(default_factory=dict)
     _call_format: CallFormat | None = None  # the template's own tool-call format, learned with the caps
+    _renders_tools: bool = False  # whether the template is given the tools (else a system message describes them)
     _thinks: bool = False  # whether the template thinks (--reasoning auto's enable_thinking)
     _default_grammar: str = ""  # --grammar, or --json-schema's grammar: published with the template
     metrics: MetricsExporter = field(init=False)
@@ -86,6 +88,7 @@ class ServerContext:
         template.check()
         self._caps = {**template_caps(template), "jinja": choice.jinja_source is not None}
         self._call_format = learn_call_format(template) if self._caps["supports_tools"] else None
+        self._renders_tools = template_renders_tools(template.source, self._call_format)
         self._thinks = supports_thinking(template)
         self._default_grammar = self._server_grammar()
         unknown = info.outside_vocabulary([token for token, _ in self.settings.default_logit_bias])
@@ -134,6 +137,12 @@ class ServerContext:
         (app/templating/call_format.py); None otherwise."""
         self.chat_template  # noqa: B018 (not ready until the template is published)
         return self._call_format
+
+    @property
+    def renders_tools(self) -> bool:
+        """Whether chats give the template their tools, found once with the call format (``template_renders_tools``)."""
+        self.chat_template  # noqa: B018 (not ready until the template is published)
+        return self._renders_tools
 
     @property
     def chat_template(self) -> ChatTemplate:

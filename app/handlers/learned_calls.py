@@ -16,8 +16,8 @@ from app.templating.call_format import CallFormat, ParsedCall
 _GBNF_TOKEN = re.compile(r'"(?:\\.|[^"\\])*"|\[(?:\\.|[^\]\\])*\]|[A-Za-z0-9_-]+|.', re.DOTALL)
 
 
-def _literal(text: str) -> str:
-    """A GBNF literal; empty text is no element at all."""
+def gbnf_literal(text: str) -> str:
+    """A GBNF literal (a JSON string literal is one); empty text is no element at all."""
     return json.dumps(text) if text else ""
 
 
@@ -58,18 +58,20 @@ def learned_grammar(learned: CallFormat, tools: Sequence[tuple[str, dict[str, An
         if learned.arguments == "object":
             schema = _merged(_nested(learned.name_path, {"const": name}), _nested(learned.arguments_path, parameters))
             rules.append(renamed(schema_grammar(vocab, schema), prefix))
-            alternatives.append(_sequence(_literal(learned.call_start), f"{prefix}root", _literal(learned.call_end)))
+            alternatives.append(_sequence(gbnf_literal(learned.call_start), f"{prefix}root",
+                                          gbnf_literal(learned.call_end)))
             continue
-        head = _sequence(_literal(learned.call_start), _literal(name), _literal(learned.name_end))
+        head = _sequence(gbnf_literal(learned.call_start), gbnf_literal(name), gbnf_literal(learned.name_end))
         if learned.arguments == "json":
             rules.append(renamed(schema_grammar(vocab, parameters), prefix))
-            alternatives.append(_sequence(head, f"{prefix}root", _literal(learned.call_end)))
+            alternatives.append(_sequence(head, f"{prefix}root", gbnf_literal(learned.call_end)))
         else:
             pairs, pair_rules = _tagged_pairs(learned, parameters, prefix)
             rules.extend(pair_rules)
-            alternatives.append(_sequence(head, pairs, _literal(learned.call_end)))
-    more = f"({_sequence(_literal(learned.separator), 'call')})*" if parallel and learned.separator is not None else ""
-    root = "root ::= " + _sequence(_literal(learned.section_start), "call", more, _literal(learned.section_end))
+            alternatives.append(_sequence(head, pairs, gbnf_literal(learned.call_end)))
+    more = (f"({_sequence(gbnf_literal(learned.separator), 'call')})*"
+            if parallel and learned.separator is not None else "")
+    root = "root ::= " + _sequence(gbnf_literal(learned.section_start), "call", more, gbnf_literal(learned.section_end))
     return "\n".join([root, "call ::= " + " | ".join(f"({alternative})" for alternative in alternatives), *rules])
 
 
@@ -87,10 +89,10 @@ def _tagged_pairs(learned: CallFormat, parameters: dict[str, Any], prefix: str) 
         if learned.typed_key_end is not None and _not_text(properties[key]):
             key_end, value_end = learned.typed_key_end, learned.typed_value_end
         rules.append(f"{prefix}p{index} ::= " + _sequence(
-            _literal(learned.key_start), _literal(key), _literal(key_end), _value_rule(properties[key], stop),
-            _literal(value_end)))
+            gbnf_literal(learned.key_start), gbnf_literal(key), gbnf_literal(key_end),
+            _value_rule(properties[key], stop), gbnf_literal(value_end)))
     names = {key: f"{prefix}p{index}" for index, key in enumerate(properties)}
-    separator = _literal(learned.pair_separator)
+    separator = gbnf_literal(learned.pair_separator)
     sequence = [names[key] if index == 0 else _sequence(separator, names[key]) for index, key in enumerate(required)]
     if optional:
         rules.append(f"{prefix}optional ::= " + " | ".join(names[key] for key in optional))
@@ -104,7 +106,7 @@ def _tagged_pairs(learned: CallFormat, parameters: dict[str, Any], prefix: str) 
 def _value_rule(schema: Any, stop: str) -> str:
     schema = schema if isinstance(schema, dict) else {}
     if isinstance(schema.get("enum"), list) and schema["enum"]:
-        return "(" + " | ".join(_literal(value if isinstance(value, str) else json.dumps(value))
+        return "(" + " | ".join(gbnf_literal(value if isinstance(value, str) else json.dumps(value))
                                 for value in schema["enum"]) + ")"
     text = f"[^{_escaped_class(stop)}]*"  # up to the tag that closes the value
     kind = schema.get("type")

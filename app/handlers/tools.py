@@ -28,7 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from app.engine import Vocabulary
 from app.engine.json_schema import schema_grammar
-from app.handlers.learned_calls import learned_grammar, typed_arguments
+from app.handlers.learned_calls import gbnf_literal, learned_grammar, typed_arguments
 from app.protocol.errors import InvalidRequestError
 from app.templating.call_format import CallFormat
 
@@ -172,10 +172,6 @@ def _call_schema(plan: ToolPlan) -> dict[str, Any]:
     return options[0] if len(options) == 1 else {"anyOf": options}
 
 
-def _literal(text: str) -> str:
-    return json.dumps(text)  # a JSON string literal is a valid GBNF literal
-
-
 def call_grammar(plan: ToolPlan, vocab: Vocabulary, thinking: bool = False) -> str:
     """GBNF that only lets the model emit valid call(s) in the template's format; ``thinking``: the prompt
     opened a thinking block, which the model ends (text without a ``<``, then ``</think>``) before the call."""
@@ -199,11 +195,11 @@ def _call_grammar(plan: ToolPlan, vocab: Vocabulary) -> str:
         return schema_grammar(vocab, schema)
     rules = re.sub(r"^root ::=", "call ::=", schema_grammar(vocab, _call_schema(plan)), flags=re.MULTILINE)
     if plan.format is ToolFormat.HERMES:
-        one = f"{_literal('<tool_call>')} \"\\n\"? call \"\\n\"? {_literal('</tool_call>')}"
+        one = f"{gbnf_literal('<tool_call>')} \"\\n\"? call \"\\n\"? {gbnf_literal('</tool_call>')}"
         root = f"root ::= tc (\"\\n\" tc)*\ntc ::= {one}" if plan.parallel else f"root ::= {one}"
     elif plan.format is ToolFormat.MISTRAL:
         more = ' ("," " "? call)*' if plan.parallel else ""
-        root = f"root ::= {_literal('[TOOL_CALLS]')} \"[\" call{more} \"]\""
+        root = f"root ::= {gbnf_literal('[TOOL_CALLS]')} \"[\" call{more} \"]\""
     else:
         root = "root ::= call"
     return f"{root}\n{rules}"

@@ -18,6 +18,7 @@ from typing import Any, Protocol
 
 from app.protocol.errors import InvalidRequestError
 from app.templating.call_format import CALL_IDS, CallFormat, decoded_arguments, json_at
+from app.templating.template_caps import common_prefix, common_suffix
 
 FUNCTIONS = ("probe_fn_first", "probe_fn_second")
 ARGUMENTS = {"probe_arg_first": "probe_val_first", "probe_arg_second": "probe_val_second"}
@@ -27,20 +28,6 @@ ANSWER = "Zq probe answer Zq"
 class Renders(Protocol):
     def render(self, messages: list[dict[str, Any]], add_generation_prompt: bool = True,
                tools: list[dict[str, Any]] | None = None, extra: dict[str, Any] | None = None) -> str: ...
-
-
-def _common_prefix(left: str, right: str) -> int:
-    size = 0
-    while size < min(len(left), len(right)) and left[size] == right[size]:
-        size += 1
-    return size
-
-
-def _common_suffix(left: str, right: str) -> int:
-    size = 0
-    while size < min(len(left), len(right)) and left[-1 - size] == right[-1 - size]:
-        size += 1
-    return size
 
 
 def _call(index: int) -> dict[str, Any]:
@@ -72,8 +59,8 @@ def _assistant_turns(template: Renders) -> tuple[str, str | None] | None:
         two = None
     if two is not None:
         two = two.replace(CALL_IDS[1], CALL_IDS[0])  # one id to generalise: the calls differ only in their names
-    head = _whole_words_before(one, _common_prefix(answered, one))
-    tail = len(one) - _whole_words_after(one, len(one) - min(_common_suffix(answered, one), len(one) - head))
+    head = _whole_words_before(one, common_prefix(answered, one))
+    tail = len(one) - _whole_words_after(one, len(one) - min(common_suffix(answered, one), len(one) - head))
     if two is not None and (not two.startswith(one[:head]) or not two.endswith(one[len(one) - tail:])):
         two = None
     return one[head:len(one) - tail], (two[head:len(two) - tail] if two is not None else None)
@@ -188,18 +175,28 @@ def _call_shape(turn: str) -> _Shape | None:
 
 def _object_shape(turn: str, name_at: int) -> _Shape | None:
     """The whole call one JSON object, the innermost holding both the name and the arguments."""
+    found = _call_object(turn, name_at, FUNCTIONS[0])
+    if found is None:
+        return None
+    start, end, name_path, arguments_path = found
+    learned = CallFormat("object", "", turn[:start], "", turn[end:], "", None,
+                         name_path=name_path, arguments_path=arguments_path)
+    return _Shape(start, end, learned)
+
+
+def _call_object(turn: str, name_at: int, function: str
+                 ) -> tuple[int, int, tuple[str, ...], tuple[str, ...]] | None:
+    """The innermost JSON object around ``name_at`` holding ``function``'s name and the probe arguments: where
+    it starts and ends, and the keys to the name and to the arguments."""
     for start in range(name_at, -1, -1):
         if turn[start] != "{":
             continue
         value, end = json_at(turn, start)
         if end < name_at or not isinstance(value, dict):
             continue
-        name_path, arguments_path = _path_to(value, FUNCTIONS[0]), _path_to(value, ARGUMENTS)
-        if name_path is None or arguments_path is None:
-            continue
-        learned = CallFormat("object", "", turn[:start], "", turn[end:], "", None,
-                             name_path=name_path, arguments_path=arguments_path)
-        return _Shape(start, end, learned)
+        name_path, arguments_path = _path_to(value, function), _path_to(value, ARGUMENTS)
+        if name_path is not None and arguments_path is not None:
+            return start, end, name_path, arguments_path
     return None
 
 
@@ -239,10 +236,10 @@ def _tagged_shape(turn: str, name_at: int) -> _Shape | None:
     key_end = turn[spots[0] + len(key_one):spots[1]]
     if key_end != turn[spots[2] + len(key_two):spots[3]]:
         return None
-    shared = _common_suffix(before_first, between)
+    shared = common_suffix(before_first, between)
     key_start, value_end = between[len(between) - shared:], between[:len(between) - shared]
     closing = turn[spots[3] + len(value_two):]
-    ends = _common_prefix(value_end, closing)  # what closes a value; after it, what separates two pairs
+    ends = common_prefix(value_end, closing)  # what closes a value; after it, what separates two pairs
     value_end, pair_separator = value_end[:ends], value_end[ends:]
     if not (key_start or key_end) or not (value_end or pair_separator or key_start):
         return None
@@ -261,25 +258,17 @@ def _with_sections(shape: _Shape, one: str, two: str | None) -> CallFormat:
     second = two.find(FUNCTIONS[1]) if two is not None else -1
     if two is None or second < 0:
         return learned
-    second_start = _object_start(two, second) if learned.arguments == "object" else second
-    if second_start < shape.arguments_end:
+    if learned.arguments == "object":  # the second call starts where its object does
+        found = _call_object(two, second, FUNCTIONS[1])
+        second = found[0] if found is not None else -1
+    if second < shape.arguments_end:
         return learned
-    between = two[shape.arguments_end:second_start]
-    ends = _common_prefix(after, between)  # cut at a token's edge: <|tool_response> and <|tool_call> share <|tool_
+    between = two[shape.arguments_end:second]
+    ends = common_prefix(after, between)  # cut at a token's edge: <|tool_response> and <|tool_call> share <|tool_
     ends = min(_whole_words_before(after, ends), _whole_words_before(between, ends))
-    starts = _common_suffix(before, between[ends:])
+    starts = common_suffix(before, between[ends:])
     return replace(learned, section_start=before[:len(before) - starts], call_start=before[len(before) - starts:],
                    call_end=after[:ends], section_end=after[ends:], separator=between[ends:len(between) - starts])
-
-
-def _object_start(turn: str, name_at: int) -> int:
-    for start in range(name_at, -1, -1):
-        if turn[start] == "{":
-            value, end = json_at(turn, start)
-            if end > name_at and isinstance(value, dict) and _path_to(value, FUNCTIONS[1]) is not None \
-                    and _path_to(value, ARGUMENTS) is not None:
-                return start
-    return -1
 
 
 def _reads_back(learned: CallFormat, one: str, two: str | None) -> bool:

@@ -59,6 +59,19 @@ def template_caps(template: Renders) -> dict[str, bool]:
     }
 
 
+def common_prefix(left: str, right: str) -> int:
+    """How many characters two renderings share from their start."""
+    size = 0
+    while size < min(len(left), len(right)) and left[size] == right[size]:
+        size += 1
+    return size
+
+
+def common_suffix(left: str, right: str) -> int:
+    """How many characters two renderings share at their end."""
+    return common_prefix(left[::-1], right[::-1])
+
+
 _TWO_MARKERS = re.compile(r"^(<[^<>\s]+>|\[[^\[\]\s]+\])\s*(<[^<>\s]+>|\[[^\[\]\s]+\])$")
 _TAIL = 64
 
@@ -81,13 +94,9 @@ def supports_thinking(template: Renders) -> bool:
         return True
     if off == on:
         return False
-    head = 0
-    while head < min(len(off), len(on)) and off[head] == on[head]:
-        head += 1
-    off_rest, on_rest, tail = off[head:], on[head:], 0
-    while tail < min(len(off_rest), len(on_rest)) and off_rest[-1 - tail] == on_rest[-1 - tail]:
-        tail += 1
-    if not off_rest[len(off_rest) - tail:].strip():  # what differs ends the prompt
+    head = common_prefix(off, on)
+    off_rest, on_rest = off[head:], on[head:]
+    if not off_rest[len(off_rest) - common_suffix(off_rest, on_rest):].strip():  # what differs ends the prompt
         return True
     return any(_appends_two_markers(base, extended) for base, extended in ((on, off), (off, on)))
 
