@@ -18,6 +18,7 @@ from app.protocol.stream_sessions import StreamSessions
 from app.templating.call_format import CallFormat
 from app.templating.call_learning import learn_call_format
 from app.templating.chat_template import ChatTemplate, choose_template
+from app.templating.declared_formats import declared_call_format
 from app.templating.template_caps import supports_thinking, template_caps
 
 
@@ -87,7 +88,8 @@ class ServerContext:
         template = ChatTemplate(choice, info.bos_token, info.eos_token, self._render_builtin)
         template.check()
         self._caps = {**template_caps(template), "jinja": choice.jinja_source is not None}
-        self._call_format = learn_call_format(template) if self._caps["supports_tools"] else None
+        self._call_format = ((learn_call_format(template) or declared_call_format(template.source))
+                             if self._caps["supports_tools"] else None)
         self._renders_tools = template_renders_tools(template.source, self._call_format)
         self._thinks = supports_thinking(template)
         self._default_grammar = self._server_grammar()
@@ -134,7 +136,8 @@ class ServerContext:
     @property
     def call_format(self) -> CallFormat | None:
         """How the template writes tool calls, where it renders tools and its calls can be learned
-        (app/templating/call_format.py); None otherwise."""
+        (app/templating/call_learning.py) or are declared (app/templating/declared_formats.py); None
+        otherwise."""
         self.chat_template  # noqa: B018 (not ready until the template is published)
         return self._call_format
 

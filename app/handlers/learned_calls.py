@@ -66,7 +66,7 @@ def learned_grammar(learned: CallFormat, tools: Sequence[tuple[str, dict[str, An
             rules.append(renamed(schema_grammar(vocab, parameters), prefix))
             alternatives.append(_sequence(head, f"{prefix}root", gbnf_literal(learned.call_end)))
         else:
-            pairs, pair_rules = _tagged_pairs(learned, parameters, prefix)
+            pairs, pair_rules = _tagged_pairs(learned, parameters, prefix, vocab)
             rules.extend(pair_rules)
             alternatives.append(_sequence(head, pairs, gbnf_literal(learned.call_end)))
     more = (f"({_sequence(gbnf_literal(learned.separator), 'call')})*"
@@ -75,10 +75,12 @@ def learned_grammar(learned: CallFormat, tools: Sequence[tuple[str, dict[str, An
     return "\n".join([root, "call ::= " + " | ".join(f"({alternative})" for alternative in alternatives), *rules])
 
 
-def _tagged_pairs(learned: CallFormat, parameters: dict[str, Any], prefix: str) -> tuple[str, list[str]]:
-    """The tagged arguments of one tool: each required parameter once, in order, then up to as many optional
-    ones as there are (with the template's separator between two pairs); a value as its schema allows (one of
-    an enum, a number, a boolean) or text up to the tag."""
+def _tagged_pairs(learned: CallFormat, parameters: dict[str, Any], prefix: str,
+                  vocab: Vocabulary) -> tuple[str, list[str]]:
+    """The tagged (or keyword) arguments of one tool: each required parameter once, in order, then up to as
+    many optional ones as there are (with the template's separator between two pairs); a tagged value as its
+    schema allows (one of an enum, a number, a boolean) or text up to the tag, a keyword's value the JSON its
+    schema allows (a JSON literal is a Python one, but for true/false/null, which the reader takes too)."""
     properties = parameters.get("properties", {}) if isinstance(parameters.get("properties"), dict) else {}
     required = [key for key in parameters.get("required", []) if key in properties]
     optional = [key for key in properties if key not in required]
@@ -88,9 +90,14 @@ def _tagged_pairs(learned: CallFormat, parameters: dict[str, Any], prefix: str) 
         key_end, value_end = learned.key_end, learned.value_end
         if learned.typed_key_end is not None and _not_text(properties[key]):
             key_end, value_end = learned.typed_key_end, learned.typed_value_end
+        value = _value_rule(properties[key], stop)
+        if learned.arguments == "python":
+            value = f"{prefix}p{index}-root"
+            schema = properties[key] if isinstance(properties[key], dict) else {}
+            rules.append(renamed(schema_grammar(vocab, schema), f"{prefix}p{index}-"))
         rules.append(f"{prefix}p{index} ::= " + _sequence(
-            gbnf_literal(learned.key_start), gbnf_literal(key), gbnf_literal(key_end),
-            _value_rule(properties[key], stop), gbnf_literal(value_end)))
+            gbnf_literal(learned.key_start), gbnf_literal(key), gbnf_literal(key_end), value,
+            gbnf_literal(value_end)))
     names = {key: f"{prefix}p{index}" for index, key in enumerate(properties)}
     separator = gbnf_literal(learned.pair_separator)
     sequence = [names[key] if index == 0 else _sequence(separator, names[key]) for index, key in enumerate(required)]

@@ -3,6 +3,7 @@ and reading the calls a model wrote in it."""
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 from dataclasses import dataclass
@@ -23,9 +24,11 @@ class CallFormat:
     """The text around a template's tool calls: ``section_start`` (call ``separator`` call)* ``section_end``,
     each call ``call_start`` name ``name_end`` arguments ``call_end``; tagged arguments are pairs
     ``key_start`` key ``key_end`` value ``value_end``, ``pair_separator`` between two; an ``object`` call is
-    one JSON object with the name at ``name_path`` and the arguments at ``arguments_path``."""
+    one JSON object with the name at ``name_path`` and the arguments at ``arguments_path``; ``python``
+    arguments are keyword arguments, ``key=value`` with ``pair_separator`` between two, each value a JSON or
+    Python literal (LFM2's ``[get_weather(city="Paris", days=3)]``)."""
 
-    arguments: Literal["json", "tagged", "object"]
+    arguments: Literal["json", "tagged", "object", "python"]
     section_start: str
     call_start: str
     name_end: str
@@ -82,6 +85,11 @@ class CallFormat:
             arguments, end = json_at(text, position)
             if end < 0:
                 return None
+        elif self.arguments == "python":
+            keywords = _keyword_arguments(text, position, self.pair_separator)
+            if keywords is None:
+                return None
+            arguments, end = keywords
         else:
             arguments, end = self._tagged(text, position)
         close = _pattern(self.call_end).match(text, end)
@@ -120,6 +128,48 @@ class CallFormat:
             arguments[found["key"]] = found["value"] if found["value"] is not None else found["typed"]
             position = found.end()
         return arguments, position
+
+
+_KEYWORD = re.compile(r"\s*([A-Za-z_][A-Za-z0-9_]*)\s*=\s*")
+_PYTHON_NAMES = {"true": True, "false": False, "null": None}  # JSON's literals, which LFM2 writes too
+_LITERAL_ENDS = re.compile(r"[,)\]}]")
+
+
+def _keyword_arguments(text: str, position: int, separator: str) -> tuple[dict[str, Any], int] | None:
+    """Keyword arguments from ``position`` (``key=value`` pairs, ``separator`` between two) and where they
+    end, before the call's closing; None where the text is not such arguments."""
+    arguments: dict[str, Any] = {}
+    between = _pattern(separator)
+    while True:
+        if arguments:
+            after = between.match(text, position)
+            if after is None:
+                return arguments, position
+            position = after.end()
+        keyword = _KEYWORD.match(text, position)
+        if keyword is None:
+            return (arguments, position) if not arguments else None
+        literal = _literal_at(text, keyword.end())
+        if literal is None:
+            return None
+        arguments[keyword[1]], position = literal
+
+
+def _literal_at(text: str, position: int) -> tuple[Any, int] | None:
+    """The JSON or Python literal at ``position`` and where it ends (JSON first: a Python reading of it
+    would differ only for true/false/null, read as JSON's)."""
+    value, end = json_at(text, position)
+    if end >= 0:
+        return value, end
+    for close in _LITERAL_ENDS.finditer(text, position):  # the shortest text that is one literal
+        piece = text[position:close.start()].strip()
+        if piece in _PYTHON_NAMES:
+            return _PYTHON_NAMES[piece], close.start()
+        try:
+            return ast.literal_eval(piece), close.start()
+        except (ValueError, SyntaxError, MemoryError, RecursionError):
+            continue
+    return None
 
 
 def _regex(literal: str) -> str:

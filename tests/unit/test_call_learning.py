@@ -24,6 +24,7 @@ from app.protocol.errors import InvalidRequestError
 from app.templating.call_format import CallFormat
 from app.templating.call_learning import learn_call_format
 from app.templating.chat_template import ChatTemplate, TemplateChoice
+from app.templating.declared_formats import declared_call_format
 from tests.fakes import FakeVocabulary
 
 TEMPLATES = Path(__file__).resolve().parents[1] / "data" / "templates"
@@ -190,3 +191,63 @@ def test_a_template_that_fails_on_its_own_lists_is_a_bad_request_not_a_crash() -
     template = ChatTemplate(TemplateChoice(source, None), "", "", lambda *_: "")
     with pytest.raises(InvalidRequestError, match="pop from empty list"):
         template.render([{"role": "user", "content": "hi"}, {"role": "tool", "content": "sunny"}])
+
+
+DECLARED = {  # templates that write no calls in a history: their models' calls, one and two (declared_formats.py)
+    "LFM2-8B-A1B": ('Let me check.<|tool_call_start|>[get_weather(city="Paris", days=3)]<|tool_call_end|>',
+                    '<|tool_call_start|>[get_weather(city="Paris", days=3), get_time(city="Oslo", days=1)]'
+                    "<|tool_call_end|>"),
+    "LFM2.5-Instruct": ("Let me check.<|tool_call_start|>[get_weather(city='Paris', days=3)]<|tool_call_end|>",
+                        "<|tool_call_start|>[get_weather(days=3,city=\"Paris\"),get_time(city='Oslo', days=1)]"
+                        "<|tool_call_end|>"),
+    "ibm-granite-granite-3.3-2B-Instruct": (
+        'Let me check.<|tool_call|>[{"name": "get_weather", "arguments": {"city": "Paris", "days": 3}}]',
+        '<|tool_call|>[{"name": "get_weather", "arguments": {"city": "Paris", "days": 3}}, '
+        '{"arguments": {"city": "Oslo", "days": 1}, "name": "get_time"}]'),
+}
+
+
+def declared_plan(name: str, choice: Any = "auto") -> Any:
+    source = (TEMPLATES / f"{name}.jinja").read_text(encoding="utf-8")
+    assert learn_call_format(template(name)) is None  # nothing to learn: the format is declared
+    plan = plan_tools(TOOLS, choice, True, source, declared_call_format(source))
+    assert plan is not None and plan.format is ToolFormat.LEARNED
+    return plan
+
+
+@pytest.mark.parametrize("name", sorted(DECLARED))
+def test_a_reply_in_a_declared_format_is_read_back(name: str) -> None:
+    one_call, two_calls = DECLARED[name]
+    plan = declared_plan(name)
+    content, calls = parse_tool_calls(one_call, plan)
+    assert content == "Let me check."
+    assert [(call.name, json.loads(call.arguments)) for call in calls] == [WEATHER]
+    content, calls = parse_tool_calls(two_calls, plan)
+    assert content == ""
+    assert [(call.name, json.loads(call.arguments)) for call in calls] == [WEATHER, TIME]
+    assert parse_tool_calls("It is sunny in Paris.", plan) == ("It is sunny in Paris.", [])
+
+
+def test_keyword_arguments_take_json_and_python_literals() -> None:
+    plan = declared_plan("LFM2.5-Instruct")
+    reply = ("<|tool_call_start|>[get_weather(city='Paris, France', days=[1, 2], hot=True, cold=false, "
+             'note="a \\"quoted\\" word", none=None)]<|tool_call_end|>')
+    calls = parse_tool_calls(reply, plan)[1]
+    assert [json.loads(call.arguments) for call in calls] == [
+        {"city": "Paris, France", "days": [1, 2], "hot": True, "cold": False, "note": 'a "quoted" word', "none": None}]
+    assert parse_tool_calls("<|tool_call_start|>[get_time()]<|tool_call_end|>", plan)[1][0].arguments == "{}"
+    broken = "<|tool_call_start|>[get_weather(city=Paris)]<|tool_call_end|>"  # not a literal: no call
+    assert parse_tool_calls(broken, plan) == (broken, [])
+
+
+def test_a_forced_call_in_a_declared_format_spells_it() -> None:
+    grammar = call_grammar(declared_plan("LFM2-8B-A1B", "required"), FakeVocabulary())
+    assert grammar.splitlines()[0] == 'root ::= "<|tool_call_start|>[" call (", " call)* "]<|tool_call_end|>"'
+    assert '"get_weather" "("' in grammar and '"days" "=" t0-p1-root' in grammar  # a value as its schema's JSON
+    granite = call_grammar(declared_plan("ibm-granite-granite-3.3-2B-Instruct", "required"), FakeVocabulary())
+    assert granite.splitlines()[0] == 'root ::= "<|tool_call|>[" call (", " call)* "]"'
+
+
+def test_only_the_declared_templates_have_a_declared_format() -> None:
+    for name in sorted(REPLIES):
+        assert declared_call_format((TEMPLATES / f"{name}.jinja").read_text(encoding="utf-8")) is None
