@@ -87,7 +87,7 @@ def _tagged_pairs(learned: CallFormat, parameters: dict[str, Any], prefix: str,
     stop = (learned.value_end.strip() or "<")[0]
     rules = []
     for index, key in enumerate(properties):
-        key_end, value_end = learned.key_end, learned.value_end
+        key_end, value_end = learned.key_end, learned.value_closing(key)
         if learned.typed_key_end is not None and _not_text(properties[key]):
             key_end, value_end = learned.typed_key_end, learned.typed_value_end
         value = _value_rule(properties[key], stop)

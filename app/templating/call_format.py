@@ -38,6 +38,7 @@ class CallFormat:
     key_start: str = ""
     key_end: str = ""
     value_end: str = ""
+    key_closes_value: str | None = None  # a value closed by value_end, its key, then this (MiniMax M3's </city>)
     pair_separator: str = ""  # between two tagged pairs (Gemma 4's ","), after the first's value_end
     typed_key_end: str | None = None  # around a value that is not a string, where it differs (DeepSeek's
     typed_value_end: str = ""  # string="false", Gemma 4's unquoted numbers); None: the same
@@ -116,8 +117,15 @@ class CallFormat:
             return None
         return ParsedCall(name, decoded_arguments(arguments)), close.end()
 
+    def value_closing(self, key: str) -> str:
+        """What closes a tagged value of ``key``."""
+        return self.value_end + (key + self.key_closes_value if self.key_closes_value is not None else "")
+
     def _tagged(self, text: str, position: int) -> tuple[dict[str, str], int]:
-        value = _regex(self.key_end) + r"(?P<value>.*?)" + _regex(self.value_end)
+        closing = _regex(self.value_end)
+        if self.key_closes_value is not None:
+            closing += "(?P=key)" + _regex(self.key_closes_value)
+        value = _regex(self.key_end) + r"(?P<value>.*?)" + closing
         if self.typed_key_end is not None:
             value = f"(?:{value}|{_regex(self.typed_key_end)}(?P<typed>.*?){_regex(self.typed_value_end)})"
         body = (_regex(self.key_start) + r"(?P<key>.+?)" + value + "(?=" + _regex(self.pair_separator + self.key_start)

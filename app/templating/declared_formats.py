@@ -1,6 +1,7 @@
-"""Tool-call formats of templates that render tools but write no calls of their own in a history, so nothing
-can be learned from them (app/templating/call_learning.py): what their models write is declared here, found
-by the template's text as llama-server finds its dedicated parsers (common/chat.cpp at the pinned llama.cpp).
+"""Tool-call formats that cannot be learned from their templates (app/templating/call_learning.py): the template
+writes no calls in a history (LFM2, Granite 3.3), or writes them in a shape learning refuses (MiniMax M3's
+closing tags repeat the key). What their models write is declared here, found by the template's text as
+llama-server finds its dedicated parsers (common/chat.cpp at the pinned llama.cpp).
 """
 
 from __future__ import annotations
@@ -17,6 +18,15 @@ LFM2 = CallFormat("python", section_start="<|tool_call_start|>[", call_start="",
 GRANITE_3 = CallFormat("object", section_start="<|tool_call|>[", call_start="", name_end="", call_end="",
                        section_end="]", separator=", ", name_path=("name",), arguments_path=("arguments",))
 
+# MiniMax M3 (llama.cpp's parsers/minimax-m3.cpp): every tag after its namespace token, each parameter tagged
+# with its own name, <city>Paris</city>; its learning is refused, the closing tag repeating the key
+MINIMAX_NAMESPACE = "]<]minimax[>["
+MINIMAX_M3 = CallFormat("tagged", section_start=MINIMAX_NAMESPACE + "<tool_call>\n",
+                        call_start=MINIMAX_NAMESPACE + '<invoke name="', name_end='">',
+                        call_end=MINIMAX_NAMESPACE + "</invoke>", section_end="\n" + MINIMAX_NAMESPACE + "</tool_call>",
+                        separator="\n", key_start=MINIMAX_NAMESPACE + "<", key_end=">",
+                        value_end=MINIMAX_NAMESPACE + "</", key_closes_value=">")
+
 
 def declared_call_format(source: str) -> CallFormat | None:
     """The declared format of the template with this source, if it is one of them."""
@@ -26,4 +36,6 @@ def declared_call_format(source: str) -> CallFormat | None:
         return LFM2
     if "<|tool_call|>" in source and "JSON list of tools" in source:
         return GRANITE_3
+    if MINIMAX_NAMESPACE in source and "<invoke name=" in source:
+        return MINIMAX_M3
     return None

@@ -1,9 +1,9 @@
 """Tool calls in the chat template's own format, on the real model, for templates whose format this server
 learns (app/templating/call_learning.py) or declares (app/templating/declared_formats.py: LFM2's Python-style
-calls, Granite 3.3's JSON list): the template renders the tools itself, a forced call is written in the
-template's format (tagged arguments, a JSON call section, a JSON list of call objects, keyword arguments) and
-arrives through the OpenAI SDK as a tool call, streamed or not, and a call history renders in that format
-(where the template writes calls in a history at all)."""
+calls, Granite 3.3's JSON list, MiniMax M3's keyed tags): the template renders the tools itself, a forced call
+is written in the template's format (tagged arguments, a JSON call section, a JSON list of call objects,
+keyword arguments) and arrives through the OpenAI SDK as a tool call, streamed or not, and a call history
+renders in that format (where the template writes calls in a history at all)."""
 
 from __future__ import annotations
 
@@ -37,6 +37,8 @@ CASES: dict[str, tuple[str, str | None]] = {
                                                      '{"city": "Paris"}}]</TOOLCALL>'),
     "LFM2.5-Instruct": ('List of tools: [{"type": "function", "function": {"name": "get_weather"', None),
     "ibm-granite-granite-3.3-2B-Instruct": ("<|start_of_role|>available_tools<|end_of_role|>", None),
+    "MiniMax-M3": ('<tools>\n<tool>{"name": "get_weather"',
+                   ']<]minimax[>[<invoke name="get_weather">]<]minimax[>[<city>Paris]<]minimax[>[</city>'),
 }
 
 

@@ -193,7 +193,16 @@ def test_a_template_that_fails_on_its_own_lists_is_a_bad_request_not_a_crash() -
         template.render([{"role": "user", "content": "hi"}, {"role": "tool", "content": "sunny"}])
 
 
-DECLARED = {  # templates that write no calls in a history: their models' calls, one and two (declared_formats.py)
+def _minimax_calls(*calls: tuple[str, dict[str, Any]]) -> str:
+    """Calls as MiniMax M3 writes them: every tag after its namespace token, a parameter tagged by its name."""
+    ns = "]<]minimax[>["
+    invokes = "\n".join(f'{ns}<invoke name="{name}">' + "".join(f"{ns}<{key}>{value}{ns}</{key}>"
+                                                            for key, value in arguments.items()) + f"{ns}</invoke>"
+                        for name, arguments in calls)
+    return f"{ns}<tool_call>\n{invokes}\n{ns}</tool_call>"
+
+
+DECLARED = {  # templates whose calls cannot be learned: their models' calls, one and two (declared_formats.py)
     "LFM2-8B-A1B": ('Let me check.<|tool_call_start|>[get_weather(city="Paris", days=3)]<|tool_call_end|>',
                     '<|tool_call_start|>[get_weather(city="Paris", days=3), get_time(city="Oslo", days=1)]'
                     "<|tool_call_end|>"),
@@ -204,6 +213,7 @@ DECLARED = {  # templates that write no calls in a history: their models' calls,
         'Let me check.<|tool_call|>[{"name": "get_weather", "arguments": {"city": "Paris", "days": 3}}]',
         '<|tool_call|>[{"name": "get_weather", "arguments": {"city": "Paris", "days": 3}}, '
         '{"arguments": {"city": "Oslo", "days": 1}, "name": "get_time"}]'),
+    "MiniMax-M3": ("Let me check." + _minimax_calls(WEATHER), _minimax_calls(WEATHER, TIME)),
 }
 
 
@@ -246,6 +256,8 @@ def test_a_forced_call_in_a_declared_format_spells_it() -> None:
     assert '"get_weather" "("' in grammar and '"days" "=" t0-p1-root' in grammar  # a value as its schema's JSON
     granite = call_grammar(declared_plan("ibm-granite-granite-3.3-2B-Instruct", "required"), FakeVocabulary())
     assert granite.splitlines()[0] == 'root ::= "<|tool_call|>[" call (", " call)* "]"'
+    minimax = call_grammar(declared_plan("MiniMax-M3", "required"), FakeVocabulary())
+    assert '"]<]minimax[>[<" "city" ">" [^\\]]* "]<]minimax[>[</city>"' in minimax  # the key closes its value
 
 
 def test_only_the_declared_templates_have_a_declared_format() -> None:
