@@ -291,7 +291,7 @@ class Scheduler(Admission):
             return False
         slot.next_token = token
         elapsed_ms = (slot.t_last - slot.t_prompt_done) * 1000.0
-        piece = self.backend.vocab.piece(token, self.options.special_output)
+        piece = self.backend.vocab.piece(token, self.options.special_output or token in request.preserved_tokens)
         outcome = slot.generation.add(token, piece, sampled.probs, elapsed_ms)
         if outcome.finish is not None:
             self._finish(slot, outcome.finish, outcome.stop_word)

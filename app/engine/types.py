@@ -172,6 +172,7 @@ class GenerationRequest:
     reasoning: ReasoningBudget | None = None  # a budget on the thinking, or its end on request
     completion_id: str = ""  # the id a control request names (POST /v1/chat/completions/control)
     speculative: SpeculativeParams = field(default_factory=SpeculativeParams)
+    preserved_tokens: frozenset[int] = frozenset()  # special tokens written in the text without --special
 
     @property
     def offloads_sampling(self) -> bool:

@@ -250,7 +250,7 @@ def prepare_chat(ctx: ServerContext, body: ChatBody) -> PreparedChat:
         grammar = call_grammar(plan, ctx.engine.vocab, thinking=opened)
     top = body.top_logprobs if body.logprobs else None
     n_probs = max(1, top or 0) if body.logprobs else None
-    request = generation_request(ctx, body, prompt.tokens, grammar, n_probs, prompt.media)
+    request = generation_request(ctx, body, prompt.tokens, grammar, n_probs, prompt.media, ctx.preserved_tokens)
     request = replace(request, reasoning=reasoning_budget(ctx, body, opened))
     return PreparedChat(
         prompt_text=text,

@@ -11,7 +11,8 @@ from app.agent.toolbox import Toolbox
 from app.config.settings import Settings
 from app.engine import Engine, NotReadyError, SamplingParams
 from app.engine.json_schema import schema_grammar
-from app.handlers.tools import template_renders_tools
+from app.handlers.preserved_tokens import template_tokens
+from app.handlers.tools import format_markup, template_renders_tools
 from app.protocol.api import Route
 from app.protocol.metrics import MetricsExporter
 from app.protocol.stream_sessions import StreamSessions
@@ -46,6 +47,7 @@ class ServerContext:
     _template: ChatTemplate | None = None  # published once, by publish_loaded_model
     _caps: dict[str, bool] = field(default_factory=dict)
     _call_format: CallFormat | None = None  # the template's own tool-call format, learned with the caps
+    _preserved_tokens: frozenset[int] = frozenset()  # special tokens of the template's markup, found with the caps
     _renders_tools: bool = False  # whether the template is given the tools (else a system message describes them)
     _thinks: bool = False  # whether the template thinks (--reasoning auto's enable_thinking)
     _default_grammar: str = ""  # --grammar, or --json-schema's grammar: published with the template
@@ -91,6 +93,7 @@ class ServerContext:
         self._call_format = ((learn_call_format(template) or declared_call_format(template.source))
                              if self._caps["supports_tools"] else None)
         self._renders_tools = template_renders_tools(template.source, self._call_format)
+        self._preserved_tokens = template_tokens(self.engine.vocab, format_markup(template.source, self._call_format))
         self._thinks = supports_thinking(template)
         self._default_grammar = self._server_grammar()
         unknown = info.outside_vocabulary([token for token, _ in self.settings.default_logit_bias])
@@ -132,6 +135,13 @@ class ServerContext:
         (``ChatSettings.template_kwargs``: --reasoning on/off, --chat-template-kwargs)."""
         self.chat_template  # noqa: B018 (not ready until the template is published)
         return {"enable_thinking": self._thinks, **self.settings.template_kwargs}
+
+    @property
+    def preserved_tokens(self) -> frozenset[int]:
+        """The special tokens of the template's call markup and thinking tags, which a chat's generated text
+        keeps (app/handlers/preserved_tokens.py)."""
+        self.chat_template  # noqa: B018 (not ready until the template is published)
+        return self._preserved_tokens
 
     @property
     def call_format(self) -> CallFormat | None:

@@ -19,6 +19,7 @@ from app.engine.json_schema import schema_grammar
 from app.engine.types import MediaChunk, SpeculativeParams, banning_end_of_generation
 from app.handlers.context import ServerContext
 from app.handlers.lora import scales_from
+from app.handlers.preserved_tokens import requested_tokens
 from app.handlers.request_limits import check_costs, check_logit_bias
 from app.handlers.sampling import SamplingOverrides, overridden, sampler_order, seed_of
 from app.handlers.tools import ToolChoice, ToolSpec
@@ -115,6 +116,7 @@ class GenerationFields(SamplingOverrides):
     return_progress: bool = False  # streaming only, as llama-server
     verbose: bool | None = None  # OpenAI answers carry "__verbose" (the native answer); default: -v
     sse_ping_interval: int | None = Field(None, ge=-1)  # seconds; -1: no pings; default --sse-ping-interval
+    preserved_tokens: list[str] | None = None  # special tokens the text keeps (each one token), as llama-server
     # speculative decoding (app/engine/speculative.py); default: --spec-draft-n-max / -n-min / -p-min
     speculative_n_max: int | None = Field(None, ge=0, alias="speculative.n_max")
     speculative_n_min: int | None = Field(None, ge=0, alias="speculative.n_min")
@@ -222,7 +224,10 @@ def generation_request(
     grammar: str | None = None,
     n_probs: int | None = None,
     media: tuple[MediaChunk, ...] = (),
+    preserved: frozenset[int] = frozenset(),
 ) -> GenerationRequest:
+    """The engine's request from a body's generation fields; ``preserved``: special tokens the text keeps
+    besides the body's own ``preserved_tokens`` (a chat's template's)."""
     if grammar is None:
         grammar = grammar_for(ctx, fields.grammar, fields.json_schema, "json_schema")
     lora = None if fields.lora is None else scales_from(fields.lora, len(ctx.settings.lora_adapters), "lora")
@@ -247,6 +252,7 @@ def generation_request(
         stream=fields.stream,
         return_progress=fields.return_progress and fields.stream,
         speculative=SpeculativeParams(fields.speculative_n_max, fields.speculative_n_min, fields.speculative_p_min),
+        preserved_tokens=preserved | requested_tokens(ctx.engine.vocab, fields.preserved_tokens or ()),
     )
 
 

@@ -73,6 +73,7 @@ def generation_settings(request: GenerationRequest, stream: bool) -> dict[str, A
         "n_discard": request.n_discard,
         "n_indent": request.n_indent,
         "t_max_predict_ms": request.t_max_predict_ms,
+        "preserved_tokens": sorted(request.preserved_tokens),
     }
 
 

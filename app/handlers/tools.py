@@ -230,6 +230,18 @@ def call_markers(plan: ToolPlan) -> tuple[str, ...]:
     return (*markers[plan.format], "{")
 
 
+_NAMED_MARKUP = {ToolFormat.HERMES: ("<tool_call>", "</tool_call>"), ToolFormat.MISTRAL: ("[TOOL_CALLS]", "[ARGS]",
+                 "[CALL_ID]"), ToolFormat.LLAMA3: ("<|python_tag|>",)}
+
+
+def format_markup(template_source: str, learned: CallFormat | None) -> tuple[str, ...]:
+    """The text the template's call format writes around calls (what the model must be able to write)."""
+    tool_format = detect_format(template_source, learned)
+    if tool_format is ToolFormat.LEARNED and learned is not None:
+        return learned.markup
+    return _NAMED_MARKUP.get(tool_format, ())
+
+
 def _arguments_text(arguments: Any) -> str:
     return arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False)
 

@@ -117,6 +117,14 @@ class CallFormat:
             return None
         return ParsedCall(name, decoded_arguments(arguments)), close.end()
 
+    @property
+    def markup(self) -> tuple[str, ...]:
+        """Every literal piece of text the format writes around names and values."""
+        pieces = (self.section_start, self.call_start, self.name_end, self.call_end, self.section_end,
+                  self.separator, self.key_start, self.key_end, self.value_end, self.key_closes_value,
+                  self.pair_separator, self.typed_key_end, self.typed_value_end)
+        return tuple(piece for piece in pieces if piece)
+
     def value_closing(self, key: str) -> str:
         """What closes a tagged value of ``key``."""
         return self.value_end + (key + self.key_closes_value if self.key_closes_value is not None else "")
