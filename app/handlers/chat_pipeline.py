@@ -16,7 +16,7 @@ from app.handlers.generation import JobGroup, Streamed
 from app.handlers.media import SOURCE_FIELD, MediaItem, decode_base64, media_from_url, media_marker, tokenize_with_media
 from app.handlers.params import ChatBody, ChatMessage, ContentPart, completions_count, generation_request, grammar_for
 from app.handlers.prompt_log import log_prompt
-from app.handlers.reasoning import CLOSE, FORMATS, OPEN, ReasoningStream, split_reasoning
+from app.handlers.reasoning import FORMATS, ReasoningStream, split_reasoning
 from app.handlers.request_limits import check_media_count
 from app.handlers.shapes import chunk_extras, finish_reason, probability_entries, probs_within_text
 from app.handlers.tool_gate import ToolGate
@@ -143,12 +143,12 @@ def reasoning_budget(ctx: ServerContext, body: ChatBody, opened: bool) -> Reason
                    if value is not None and value != -1), ctx.settings.reasoning_budget)
     if tokens < 0 and not body.reasoning_control:
         return None
-    vocab = ctx.engine.vocab
-    end = tuple(vocab.tokenize(CLOSE, False, True))
+    vocab, tags = ctx.engine.vocab, ctx.thinking_tags
+    end = tuple(vocab.tokenize(tags.close, False, True))
     message = body.reasoning_budget_message if body.reasoning_budget_message is not None else (
         ctx.settings.reasoning_budget_message or "")
     forced = tuple(vocab.tokenize(message, False, True)) + end if message else end
-    return ReasoningBudget(start=tuple(vocab.tokenize(OPEN, False, True)), ends=(end,), forced=forced,
+    return ReasoningBudget(start=tuple(vocab.tokenize(tags.open, False, True)), ends=(end,), forced=forced,
                            tokens=tokens, opened=opened)
 
 
@@ -243,11 +243,11 @@ def prepare_chat(ctx: ServerContext, body: ChatBody) -> PreparedChat:
         raise InvalidRequestError("Field 'response_format': give either response_format or json_schema, not both")
     grammar = grammar_for(ctx, body.grammar, schema if structured else body.json_schema,
                           "response_format.json_schema.schema" if structured else "json_schema")
-    opened = text.rstrip().endswith(OPEN)
+    opened = text.rstrip().endswith(ctx.thinking_tags.open)
     if plan is not None and plan.forced is not None:
         if grammar:
             raise InvalidRequestError("Field 'grammar': a custom grammar cannot be combined with forced tool calls")
-        grammar = call_grammar(plan, ctx.engine.vocab, thinking=opened)
+        grammar = call_grammar(plan, ctx.engine.vocab, ctx.thinking_tags.close if opened else None)
     top = body.top_logprobs if body.logprobs else None
     n_probs = max(1, top or 0) if body.logprobs else None
     request = generation_request(ctx, body, prompt.tokens, grammar, n_probs, prompt.media, ctx.preserved_tokens)
@@ -291,7 +291,7 @@ def _logprob_entries(ctx: ServerContext, prepared: PreparedChat, probs: tuple[To
 
 
 def finish_choice(ctx: ServerContext, prepared: PreparedChat, index: int, result: Completion) -> ChatChoice:
-    split = split_reasoning(result.text, prepared.reasoning_format, prepared.opened_thinking)
+    split = split_reasoning(result.text, prepared.reasoning_format, prepared.opened_thinking, ctx.thinking_tags)
     content, calls = split.content, list[ToolCall]()
     if prepared.plan is not None and prepared.parse_calls:
         content, calls = parse_tool_calls(content, prepared.plan)
@@ -337,7 +337,8 @@ def chat_deltas(ctx: ServerContext, prepared: PreparedChat, stream: Iterator[Str
     gates: dict[int, ToolGate] = {}
     for item in stream:
         index, event = item.index, item.event
-        splitter = splitters.setdefault(index, ReasoningStream(prepared.reasoning_format, prepared.opened_thinking))
+        splitter = splitters.setdefault(index, ReasoningStream(prepared.reasoning_format, prepared.opened_thinking,
+                                                               ctx.thinking_tags))
         gate = gates.setdefault(index, ToolGate(prepared.plan if prepared.parse_calls else None))
         if isinstance(event, TokenChunk):
             if event.progress is not None:

@@ -20,7 +20,13 @@ from app.templating.call_format import CallFormat
 from app.templating.call_learning import learn_call_format
 from app.templating.chat_template import ChatTemplate, choose_template
 from app.templating.declared_formats import declared_call_format
-from app.templating.template_caps import supports_thinking, template_caps
+from app.templating.template_caps import (
+    THINK,
+    ThinkingTags,
+    supports_thinking,
+    template_caps,
+    thinking_tags,
+)
 
 
 @dataclass(frozen=True)
@@ -48,6 +54,7 @@ class ServerContext:
     _caps: dict[str, bool] = field(default_factory=dict)
     _call_format: CallFormat | None = None  # the template's own tool-call format, learned with the caps
     _preserved_tokens: frozenset[int] = frozenset()  # special tokens of the template's markup, found with the caps
+    _thinking_tags: ThinkingTags = THINK  # what opens and closes a thought in the template, with the caps
     _renders_tools: bool = False  # whether the template is given the tools (else a system message describes them)
     _thinks: bool = False  # whether the template thinks (--reasoning auto's enable_thinking)
     _default_grammar: str = ""  # --grammar, or --json-schema's grammar: published with the template
@@ -93,8 +100,10 @@ class ServerContext:
         self._call_format = ((learn_call_format(template) or declared_call_format(template.source))
                              if self._caps["supports_tools"] else None)
         self._renders_tools = template_renders_tools(template.source, self._call_format)
-        self._preserved_tokens = template_tokens(self.engine.vocab, format_markup(template.source, self._call_format))
         self._thinks = supports_thinking(template)
+        self._thinking_tags = thinking_tags(template)
+        self._preserved_tokens = template_tokens(self.engine.vocab, (
+            *format_markup(template.source, self._call_format), self._thinking_tags.open, self._thinking_tags.close))
         self._default_grammar = self._server_grammar()
         unknown = info.outside_vocabulary([token for token, _ in self.settings.default_logit_bias])
         if unknown:
@@ -135,6 +144,13 @@ class ServerContext:
         (``ChatSettings.template_kwargs``: --reasoning on/off, --chat-template-kwargs)."""
         self.chat_template  # noqa: B018 (not ready until the template is published)
         return {"enable_thinking": self._thinks, **self.settings.template_kwargs}
+
+    @property
+    def thinking_tags(self) -> ThinkingTags:
+        """What opens and closes a thought in the template's text (``<think>`` and ``</think>`` unless it shows
+        others: app/templating/template_caps.py)."""
+        self.chat_template  # noqa: B018 (not ready until the template is published)
+        return self._thinking_tags
 
     @property
     def preserved_tokens(self) -> frozenset[int]:

@@ -115,7 +115,7 @@ def _value_rule(schema: Any, stop: str) -> str:
     if isinstance(schema.get("enum"), list) and schema["enum"]:
         return "(" + " | ".join(gbnf_literal(value if isinstance(value, str) else json.dumps(value))
                                 for value in schema["enum"]) + ")"
-    text = f"[^{_escaped_class(stop)}]*"  # up to the tag that closes the value
+    text = f"[^{gbnf_class_char(stop)}]*"  # up to the tag that closes the value
     kind = schema.get("type")
     return _TYPED_VALUES.get(kind, text) if isinstance(kind, str) else text
 
@@ -137,7 +137,8 @@ _TYPED_VALUES = {  # a tagged value of these types, written as JSON writes it
 }
 
 
-def _escaped_class(char: str) -> str:
+def gbnf_class_char(char: str) -> str:
+    """A character as it stands in a GBNF character class."""
     return "\\" + char if char in "]\\^-" else char
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from app.engine import Vocabulary
-from app.handlers.reasoning import CLOSE, OPEN
 
 
 def requested_tokens(vocab: Vocabulary, texts: Iterable[str]) -> frozenset[int]:
@@ -25,10 +24,10 @@ def requested_tokens(vocab: Vocabulary, texts: Iterable[str]) -> frozenset[int]:
 
 
 def template_tokens(vocab: Vocabulary, markup: Iterable[str]) -> frozenset[int]:
-    """The special tokens in the template's call markup and the thinking tags: every token of that text that
-    is written only as a special token."""
+    """The special tokens in the template's markup (its call format's and its thinking tags): every token of
+    that text that is written only as a special token."""
     found = set()
-    for text in (*markup, OPEN, CLOSE):
+    for text in markup:
         for token in vocab.tokenize(text.strip(), False, True):
             if not vocab.piece(token, False) and vocab.piece(token, True):
                 found.add(token)

@@ -28,7 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from app.engine import Vocabulary
 from app.engine.json_schema import schema_grammar
-from app.handlers.learned_calls import gbnf_literal, learned_grammar, typed_arguments
+from app.handlers.learned_calls import gbnf_class_char, gbnf_literal, learned_grammar, typed_arguments
 from app.protocol.errors import InvalidRequestError
 from app.templating.call_format import CallFormat
 
@@ -172,14 +172,15 @@ def _call_schema(plan: ToolPlan) -> dict[str, Any]:
     return options[0] if len(options) == 1 else {"anyOf": options}
 
 
-def call_grammar(plan: ToolPlan, vocab: Vocabulary, thinking: bool = False) -> str:
-    """GBNF that only lets the model emit valid call(s) in the template's format; ``thinking``: the prompt
-    opened a thinking block, which the model ends (text without a ``<``, then ``</think>``) before the call."""
+def call_grammar(plan: ToolPlan, vocab: Vocabulary, thinking_end: str | None = None) -> str:
+    """GBNF that only lets the model emit valid call(s) in the template's format; ``thinking_end``: the prompt
+    opened a thinking block, which the model ends (text without the tag's first character, then the tag)
+    before the call."""
     grammar = _call_grammar(plan, vocab)
-    if not thinking:
+    if not thinking_end:
         return grammar
-    return r'root ::= [^<]* "</think>" [ \n]* thought-out-calls' + "\n" + re.sub(
-        r"^root ::=", "thought-out-calls ::=", grammar, count=1, flags=re.MULTILINE)
+    return (f"root ::= [^{gbnf_class_char(thinking_end[0])}]* {gbnf_literal(thinking_end)} [ \\n]* thought-out-calls\n"
+            + re.sub(r"^root ::=", "thought-out-calls ::=", grammar, count=1, flags=re.MULTILINE))
 
 
 def _call_grammar(plan: ToolPlan, vocab: Vocabulary) -> str:

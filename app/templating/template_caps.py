@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from app.protocol.errors import InvalidRequestError
@@ -23,6 +24,7 @@ def _call(name: str, arguments: Any) -> dict[str, Any]:
 TOOL = {"type": "function", "function": {"name": "probe_tool_marker", "description": "probe",
                                          "parameters": {"type": "object", "properties": {}}}}
 USER = {"role": "user", "content": "hello"}
+THOUGHT = "probe_thought_marker"
 
 
 def template_caps(template: Renders) -> dict[str, bool]:
@@ -81,7 +83,7 @@ def supports_thinking(template: Renders) -> bool:
     gives only such a template ``enable_thinking``): an answer's reasoning shows with a marker between it and
     the answer, or ``enable_thinking`` changes the end of the generation prompt (opens or closes a think
     block), or appends two markers to it."""
-    thought = "probe_thought_marker"
+    thought = THOUGHT
     answer = {"role": "assistant", "content": "probe answer text"}
     try:
         shown = template.render([USER, {**answer, "reasoning_content": thought}], False, None,
@@ -102,8 +104,53 @@ def supports_thinking(template: Renders) -> bool:
 
 
 def _appends_two_markers(base: str, extended: str) -> bool:
+    return _two_markers_appended(base, extended) is not None
+
+
+def _two_markers_appended(base: str, extended: str) -> re.Match[str] | None:
+    """The two markers (groups 1 and 2) ``extended`` adds after the end of ``base``, if that is what it adds."""
     anchor = base[-_TAIL:]
     at = extended.rfind(anchor)
     if at < 0 or at + len(anchor) >= len(extended):
-        return False
-    return _TWO_MARKERS.match(extended[at + len(anchor):].strip()) is not None
+        return None
+    return _TWO_MARKERS.match(extended[at + len(anchor):].strip())
+
+
+@dataclass(frozen=True)
+class ThinkingTags:
+    """What opens and what closes a thought (llama.cpp's reasoning start and end)."""
+
+    open: str = "<think>"
+    close: str = "</think>"
+
+
+THINK = ThinkingTags()  # llama.cpp's default: <think> and </think>
+_MARKER = r"<[^<>\s]+>|\[[^\[\]\s]+\]"
+_AROUND_THOUGHT = re.compile(rf"({_MARKER})\s*{THOUGHT}\s*({_MARKER})")
+
+
+def thinking_tags(template: Renders) -> ThinkingTags:
+    """The tags around a thought, as llama.cpp's analysis finds them: the markers around an answer's reasoning
+    in its rendering (Seed-OSS's ``<seed:think>``, MiniMax M3's ``<mm:think>``), else the two markers that
+    ``enable_thinking`` adds to the prompt's end (Command R7B's empty ``<|START_THINKING|><|END_THINKING|>``);
+    ``<think>`` and ``</think>`` where the template shows neither (or no pair of tags: ``_pair``)."""
+    try:
+        shown = template.render([USER, {"role": "assistant", "content": "probe answer text", "reasoning_content":
+                                        THOUGHT}], False, None, {"enable_thinking": True})
+        off = template.render([USER], True, None, {"enable_thinking": False})
+        on = template.render([USER], True, None, {"enable_thinking": True})
+    except InvalidRequestError:
+        return THINK
+    found = [_AROUND_THOUGHT.search(shown), *(_two_markers_appended(base, extended)
+                                              for base, extended in ((on, off), (off, on)))]
+    return next((ThinkingTags(tags[1], tags[2]) for tags in found if tags is not None and _pair(tags[1], tags[2])),
+                THINK)
+
+
+def _pair(opening: str, closing: str) -> bool:
+    """Whether two markers open and close the same thing: one name, the closing one marked as such
+    (``</think>``, ``<|END_THINKING|>``); Kimi K3's ``<|sep|>`` and ``<|close|>`` around a thought are no pair."""
+    def name(marker: str) -> str:
+        return re.sub(r"^(start|begin|end)", "", re.sub(r"[^a-z]", "", marker.lower()))
+
+    return opening != closing and bool(name(opening)) and name(opening) == name(closing)

@@ -1,7 +1,7 @@
 """Tool-call formats learned from real models' chat templates (tests/data/templates, from the pinned llama.cpp):
-each template's format is learned, and a reply written the way that model writes calls is read back into
-the calls, typed by the tools' schemas; the template renders the tools itself; a forced call's grammar
-spells the template's format."""
+each template's format is learned (or declared, where it cannot be), and a reply written the way that model
+writes calls is read back into the calls, typed by the tools' schemas; the template renders the tools itself;
+a forced call's grammar spells the template's format. Also the template's thinking tags."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from app.handlers.reasoning import ReasoningStream, split_reasoning
 from app.handlers.tools import (
     NamedFunction,
     NamedToolChoice,
@@ -25,6 +26,7 @@ from app.templating.call_format import CallFormat
 from app.templating.call_learning import learn_call_format
 from app.templating.chat_template import ChatTemplate, TemplateChoice
 from app.templating.declared_formats import declared_call_format
+from app.templating.template_caps import ThinkingTags, thinking_tags
 from tests.fakes import FakeVocabulary
 
 TEMPLATES = Path(__file__).resolve().parents[1] / "data" / "templates"
@@ -169,7 +171,7 @@ def test_a_forced_call_after_an_opened_thinking_ends_the_thinking_first() -> Non
     source = (TEMPLATES / "NVIDIA-Nemotron-Nano-v2.jinja").read_text(encoding="utf-8")
     plan = plan_tools(TOOLS, "required", False, source, learned("NVIDIA-Nemotron-Nano-v2"))
     assert plan is not None
-    grammar = call_grammar(plan, FakeVocabulary(), thinking=True)
+    grammar = call_grammar(plan, FakeVocabulary(), "</think>")
     assert grammar.splitlines()[0] == r'root ::= [^<]* "</think>" [ \n]* thought-out-calls'
     assert grammar.splitlines()[1].startswith('thought-out-calls ::= "<TOOLCALL>["')
 
@@ -263,3 +265,27 @@ def test_a_forced_call_in_a_declared_format_spells_it() -> None:
 def test_only_the_declared_templates_have_a_declared_format() -> None:
     for name in sorted(REPLIES):
         assert declared_call_format((TEMPLATES / f"{name}.jinja").read_text(encoding="utf-8")) is None
+
+
+@pytest.mark.parametrize(("name", "opening", "closing"), [
+    ("ByteDance-Seed-OSS", "<seed:think>", "</seed:think>"),  # around an answer's reasoning
+    ("MiniMax-M3", "<mm:think>", "</mm:think>"),  # the same, though its system text names the tags too
+    ("CohereForAI-c4ai-command-r7b-12-2024-tool_use", "<|START_THINKING|>", "<|END_THINKING|>"),  # an empty
+    # thought the prompt ends with when thinking is off
+    ("Qwen3-Coder", "<think>", "</think>"),  # shows no thinking: llama.cpp's default
+    ("Kimi-K2-Thinking", "<think>", "</think>"),
+])
+def test_a_templates_thinking_tags_are_found(name: str, opening: str, closing: str) -> None:
+    assert thinking_tags(template(name)) == ThinkingTags(opening, closing)
+
+
+def test_a_thought_in_the_templates_tags_is_split_out() -> None:
+    tags = ThinkingTags("<|START_THINKING|>", "<|END_THINKING|>")
+    split = split_reasoning("<|START_THINKING|>Rain is likely.<|END_THINKING|>Take an umbrella.", "auto", False, tags)
+    assert (split.reasoning, split.content) == ("Rain is likely.", "Take an umbrella.")
+    assert split_reasoning("<think>a</think>b", "auto", False, tags).reasoning is None  # not this template's tags
+    stream = ReasoningStream("auto", False, tags)
+    pieces = [stream.feed(piece) for piece in ("<|START_", "THINKING|>Rain", " is likely.<|END_", "THINKING|>Take")]
+    pieces.append(stream.feed("", final=True))
+    assert "".join(reasoning for reasoning, _ in pieces) == "Rain is likely."
+    assert "".join(content for _, content in pieces) == "Take"

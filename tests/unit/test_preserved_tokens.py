@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from app.handlers.preserved_tokens import requested_tokens, template_tokens
 from app.handlers.tools import format_markup
 from app.templating.declared_formats import LFM2
+from app.templating.template_caps import THINK
 
 
 class SpecialVocabulary:
@@ -33,7 +34,7 @@ class SpecialVocabulary:
 
 def test_the_special_tokens_of_a_formats_markup_and_the_thinking_tags_are_kept() -> None:
     vocab = SpecialVocabulary()
-    kept = template_tokens(vocab, LFM2.markup)  # type: ignore[arg-type]
+    kept = template_tokens(vocab, (*LFM2.markup, THINK.open, THINK.close))  # type: ignore[arg-type]
     assert sorted(vocab.texts(sorted(kept))) == sorted([b"<|tool_call_start|>", b"<|tool_call_end|>", b"<think>",
                                                        b"</think>"])  # "[", "(", "=" are text anyway
 
