@@ -2,8 +2,9 @@
 this server, side by side: ``/apply-template`` of llama-server (built by bench/llama_server.py) started with
 ``--jinja --chat-template-file`` for each, against this server's own route (in process, on the real embedded
 model: its BOS and EOS tokens are the template's), for a plain chat with a system message, one user message,
-and a request with a tool. Prints one line a template (``.`` the same prompt, ``X`` another; the format this
-server reads the template's tool calls in) and the first lines that differ with ``-v``.
+a request with a tool, and a history with an answer's reasoning. Prints one line a template (``.`` the same
+prompt, ``X`` another; the format this server reads the template's tool calls in), the first lines that differ
+with ``-v``, and how many templates render each case as llama-server.
 
     .venv/bin/python bench/templates.py [-v] [NAME ...]
 """
@@ -37,6 +38,9 @@ CASES: dict[str, dict[str, Any]] = {
               "tools": [{"type": "function", "function": {
                   "name": "get_weather", "description": "Get the weather", "parameters": {
                       "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]},
+    "thought": {"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello.",
+                                                                 "reasoning_content": "A greeting."},
+                             {"role": "user", "content": "Name a colour."}]},
 }
 
 
@@ -101,12 +105,15 @@ def main(argv: list[str]) -> None:
     folder = build_folder() / "llama.cpp" / "models" / "templates"
     model = str(embedded_model_path())
     same_all = 0
+    same_by_case = dict.fromkeys(CASES, 0)
     formats: dict[str, int] = {}
     templates = sorted(path for path in folder.glob("*.jinja") if not wanted or any(w in path.name for w in wanted))
     for template in templates:
         (mine, tool_format), reference = ours(template, model), theirs(binary, template, model)
         marks = "".join("." if mine[case] == reference[case] else "X" for case in CASES)
         same_all += marks == "." * len(CASES)
+        for case, mark in zip(CASES, marks, strict=True):
+            same_by_case[case] += mark == "."
         formats[tool_format.split()[0]] = formats.get(tool_format.split()[0], 0) + 1
         print(f"{marks} {template.name:55} calls read as: {tool_format}", flush=True)
         for case in CASES if verbose else ():
@@ -114,7 +121,8 @@ def main(argv: list[str]) -> None:
                 diff = difflib.unified_diff(reference[case].splitlines(), mine[case].splitlines(), "llama-server",
                                             "vertex-llama", lineterm="", n=0)
                 print("\n".join(f"    {case}: {line[:200]}" for line in list(diff)[:8]))
-    print(f"{same_all} of {len(templates)} templates render every case as llama-server ({', '.join(CASES)})")
+    print(f"{same_all} of {len(templates)} templates render every case as llama-server ({', '.join(CASES)}); "
+          + ", ".join(f"{case} {same_by_case[case]}" for case in CASES))
     print("tool calls read as: " + ", ".join(f"{name} {count}" for name, count in sorted(formats.items())))
 
 

@@ -13,6 +13,7 @@ from app.engine import Completion, FinishReason, GenerationRequest, TokenChunk
 from app.engine.types import MediaChunk, ReasoningBudget, TokenProbs
 from app.handlers.context import ServerContext
 from app.handlers.generation import JobGroup, Streamed
+from app.handlers.harmony import HarmonyStream, split_harmony
 from app.handlers.media import SOURCE_FIELD, MediaItem, decode_base64, media_from_url, media_marker, tokenize_with_media
 from app.handlers.params import ChatBody, ChatMessage, ContentPart, completions_count, generation_request, grammar_for
 from app.handlers.prompt_log import log_prompt
@@ -200,6 +201,7 @@ class PreparedChat:
     opened_thinking: bool
     top_logprobs: int | None
     parse_calls: bool = True  # tool calls are parsed out of the text (not with --skip-chat-parsing)
+    harmony: bool = False  # gpt-oss's channels (app/handlers/harmony.py), not thinking tags
 
     @property
     def n_prompt(self) -> int:
@@ -261,6 +263,7 @@ def prepare_chat(ctx: ServerContext, body: ChatBody) -> PreparedChat:
         opened_thinking=opened,
         top_logprobs=top,
         parse_calls=not ctx.settings.skip_chat_parsing,
+        harmony=ctx.harmony and not ctx.settings.skip_chat_parsing,
     )
 
 
@@ -291,7 +294,8 @@ def _logprob_entries(ctx: ServerContext, prepared: PreparedChat, probs: tuple[To
 
 
 def finish_choice(ctx: ServerContext, prepared: PreparedChat, index: int, result: Completion) -> ChatChoice:
-    split = split_reasoning(result.text, prepared.reasoning_format, prepared.opened_thinking, ctx.thinking_tags)
+    split = (split_harmony(result.text, prepared.reasoning_format, ctx.call_format) if prepared.harmony
+             else split_reasoning(result.text, prepared.reasoning_format, prepared.opened_thinking, ctx.thinking_tags))
     content, calls = split.content, list[ToolCall]()
     if prepared.plan is not None and prepared.parse_calls:
         content, calls = parse_tool_calls(content, prepared.plan)
@@ -333,12 +337,14 @@ def chat_deltas(ctx: ServerContext, prepared: PreparedChat, stream: Iterator[Str
                 progress: bool = False) -> Iterator[ChatDelta]:
     """A chat's stream as reasoning and content pieces as they come; tool calls once complete.
     Prompt-progress events become deltas of their own where the dialect shows them (``progress``)."""
-    splitters: dict[int, ReasoningStream] = {}
+    splitters: dict[int, ReasoningStream | HarmonyStream] = {}
     gates: dict[int, ToolGate] = {}
     for item in stream:
         index, event = item.index, item.event
-        splitter = splitters.setdefault(index, ReasoningStream(prepared.reasoning_format, prepared.opened_thinking,
-                                                               ctx.thinking_tags))
+        if index not in splitters:
+            splitters[index] = (HarmonyStream(prepared.reasoning_format, ctx.call_format) if prepared.harmony else
+                                ReasoningStream(prepared.reasoning_format, prepared.opened_thinking, ctx.thinking_tags))
+        splitter = splitters[index]
         gate = gates.setdefault(index, ToolGate(prepared.plan if prepared.parse_calls else None))
         if isinstance(event, TokenChunk):
             if event.progress is not None:

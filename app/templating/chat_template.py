@@ -21,6 +21,7 @@ from jinja2.parser import Parser
 from jinja2.sandbox import SandboxedEnvironment
 
 from app.protocol.errors import InvalidRequestError
+from app.templating.dedicated import message_shaper
 
 CHATML = (
     "{% for message in messages %}"
@@ -159,6 +160,7 @@ class ChatTemplate:
         self._eos = eos_token
         self._builtin = builtin
         self._template: jinja2.Template | None = None
+        self._shape = message_shaper(choice.jinja_source) if choice.jinja_source is not None else None
         if choice.jinja_source is not None:
             env = SandboxedEnvironment(
                 trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols", GenerationBlocks],
@@ -203,7 +205,7 @@ class ChatTemplate:
             return self._builtin(self.choice.builtin_name, pairs, add_generation_prompt)
         context: dict[str, Any] = {**date_context(), **(extra or {})}
         context.update(
-            messages=messages,
+            messages=self._shape(messages) if self._shape is not None else messages,  # as llama-server's own code
             add_generation_prompt=add_generation_prompt,
             bos_token=self._bos,
             eos_token=self._eos,

@@ -7,6 +7,7 @@ llama-server finds its dedicated parsers (common/chat.cpp at the pinned llama.cp
 from __future__ import annotations
 
 from app.templating.call_format import CallFormat
+from app.templating.dedicated import is_lfm2
 
 # LFM2 and LFM2.5 (llama.cpp's parsers/lfm2.cpp): <|tool_call_start|>[get_weather(city="Paris"), ...]<|tool_call_end|>,
 # Python-style keyword arguments
@@ -30,9 +31,7 @@ MINIMAX_M3 = CallFormat("tagged", section_start=MINIMAX_NAMESPACE + "<tool_call>
 
 def declared_call_format(source: str) -> CallFormat | None:
     """The declared format of the template with this source, if it is one of them."""
-    if "<|tool_list_start|>" in source and "<|tool_list_end|>" in source:
-        return LFM2
-    if "List of tools: [" in source:  # LFM2.5: the same calls, the tool list without its special tokens
+    if is_lfm2(source):  # LFM2.5-Instruct: the same calls, its tool list without LFM2's special tokens
         return LFM2
     if "<|tool_call|>" in source and "JSON list of tools" in source:
         return GRANITE_3

@@ -1,0 +1,140 @@
+"""gpt-oss's harmony replies (a template with ``<|channel|>``, as llama-server picks its gpt-oss parser): the
+model answers in messages, each ``<|channel|>NAME[ to=RECIPIENT][ <|constrain|>TYPE]<|message|>BODY``, ended by
+``<|end|>`` (then ``<|start|>assistant`` and the next), ``<|call|>``, ``<|return|>`` or the end of the text. The
+analysis channel is the reasoning, the final channel and a commentary without a recipient (a preamble) the
+answer, a message to ``functions.NAME`` a tool call whose body is its JSON arguments.
+
+Read into what the rest of the chat pipeline reads (``ReasoningStream``'s and ``split_reasoning``'s shapes): the
+reasoning, and the content with each call written in the template's own call format (its ``CallFormat``,
+learned from the template: `` to=functions.NAME<|channel|>commentary json<|message|>ARGS<|call|>``), so that
+the tool gate and ``parse_tool_calls`` read the calls as any learned format's. With ``reasoning_format``
+``none`` the analysis stays in the content with its markers, as llama-server leaves it.
+"""
+
+from __future__ import annotations
+
+import re
+
+from app.handlers.reasoning import Split
+from app.templating.call_format import CallFormat
+from app.templating.template_caps import ThinkingTags
+
+MESSAGE = "<|message|>"
+MARKUP = ("<|channel|>", "<|constrain|>", "<|message|>", "<|start|>", "<|end|>")  # kept in the text (preserved)
+THINKING = ThinkingTags("<|channel|>analysis<|message|>", "<|end|>")  # what a reasoning budget watches for
+_ENDS = ("<|end|>", "<|call|>", "<|return|>", "<|start|>")
+_HEADER_STARTS = ("<|start|>", "<|channel|>", " to=", "to=")
+_CHANNEL = re.compile(r"<\|channel\|>\s*([A-Za-z_]+)")
+_RECIPIENT = re.compile(r"\bto=([^\s<]+)")
+
+
+class HarmonyStream:
+    """The streaming reader: feed text pieces, get (reasoning, content) pieces. A message's header and a
+    partial end marker are held until complete; a call's body until its message ends."""
+
+    def __init__(self, reasoning_format: str, call_format: CallFormat | None) -> None:
+        self._extract = reasoning_format != "none"
+        self._raw_analysis = reasoning_format in ("none", "deepseek-legacy")
+        self._call_format = call_format
+        self._buffer = ""
+        self._state = "header"  # header: before a message's <|message|>; body: inside one; plain: no harmony
+        self._kind = "content"  # the body's: reasoning, content or call
+        self._analysis = False  # the body is the analysis channel's
+        self._recipient = ""
+        self._call = ""
+        self.reasoned = False  # an analysis message was read as reasoning
+
+    def feed(self, text: str, final: bool = False) -> tuple[str, str]:
+        self._buffer += text
+        reasoning: list[str] = []
+        content: list[str] = []
+        while self._step(reasoning, content, final):
+            pass
+        return "".join(reasoning), "".join(content)
+
+    def _step(self, reasoning: list[str], content: list[str], final: bool) -> bool:
+        """One move of the reader over its buffer; whether it can move again."""
+        if self._state == "plain":
+            content.append(self._buffer)
+            self._buffer = ""
+            return False
+        if self._state == "header":
+            return self._header(content, final)
+        ends = [at for at in (self._buffer.find(end) for end in _ENDS) if at >= 0]
+        if ends:
+            cut = min(ends)
+            self._emit(self._buffer[:cut], reasoning, content)
+            end = next(end for end in _ENDS if self._buffer.startswith(end, cut))
+            self._buffer = self._buffer[cut + (0 if end == "<|start|>" else len(end)):]
+            self._close(content, end)
+            return True
+        hold = 0 if final else max((size for end in _ENDS for size in range(len(end) - 1, 0, -1)
+                                    if self._buffer.endswith(end[:size])), default=0)
+        self._emit(self._buffer[:len(self._buffer) - hold], reasoning, content)
+        self._buffer = self._buffer[len(self._buffer) - hold:]
+        if final:
+            self._close(content, "")
+        return False
+
+    def _header(self, content: list[str], final: bool) -> bool:
+        head = self._buffer.lstrip()
+        at = self._buffer.find(MESSAGE)
+        if at < 0:
+            if not head or (not final and (any(head.startswith(start) for start in _HEADER_STARTS)
+                                           or any(start.startswith(head) for start in _HEADER_STARTS))):
+                return False  # a header on its way
+            self._state = "plain"  # not harmony: the text as it is
+            return True
+        header = self._buffer[:at]
+        channel = _CHANNEL.search(header)
+        recipient = _RECIPIENT.search(header)
+        self._recipient = recipient[1] if recipient else ""
+        name = channel[1] if channel else ""
+        if self._recipient.startswith("functions."):
+            self._kind, self._call = "call", ""
+        elif name == "analysis":
+            self._kind, self._analysis = ("reasoning" if self._extract else "content"), True
+            self.reasoned = self.reasoned or self._extract
+            if self._raw_analysis:  # kept in the content as the model wrote it, as llama-server keeps it
+                content.append(header.replace("<|start|>assistant", "", 1).lstrip() + MESSAGE)
+        else:
+            self._kind = "content"
+        self._buffer = self._buffer[at + len(MESSAGE):]
+        self._state = "body"
+        return True
+
+    def _emit(self, text: str, reasoning: list[str], content: list[str]) -> None:
+        if not text:
+            return
+        if self._kind == "call":
+            self._call += text
+        elif self._kind == "reasoning":
+            reasoning.append(text)
+            if self._raw_analysis:
+                content.append(text)
+        else:
+            content.append(text)
+
+    def _close(self, content: list[str], end: str) -> None:
+        """A message ended (``end``: its marker, empty at the end of the text)."""
+        if self._kind == "call":
+            content.append(self._call_text())
+        elif self._analysis and self._raw_analysis:
+            content.append(end if end != "<|start|>" else "")
+        self._state, self._kind, self._analysis, self._recipient, self._call = "header", "content", False, "", ""
+
+    def _call_text(self) -> str:
+        """The call in the template's own format (what ``parse_tool_calls`` reads), or as written without one."""
+        name = self._recipient.removeprefix("functions.")
+        learned = self._call_format
+        if learned is None:
+            return f"to={self._recipient}{MESSAGE}{self._call}"
+        return (learned.section_start + learned.call_start + name + learned.name_end + self._call.strip()
+                + learned.call_end + learned.section_end)
+
+
+def split_harmony(text: str, reasoning_format: str, call_format: CallFormat | None) -> Split:
+    """The whole reply at once: the reasoning (None without an analysis message read as one) and the content."""
+    reader = HarmonyStream(reasoning_format, call_format)
+    reasoning, content = reader.feed(text, final=True)
+    return Split(content, reasoning.strip() if reader.reasoned else None)

@@ -1,0 +1,64 @@
+"""Templates that llama-server gives code of their own (common/chat.cpp's specialized templates, found by their
+text as it finds them), and how it shapes their messages before rendering: gpt-oss's and LFM2's read an answer's
+reasoning as ``thinking``; Ministral 3's (and any template llama-server takes for one, Devstral's) take a system
+or assistant message's content as blocks, a thinking block first."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+Messages = list[dict[str, Any]]
+
+
+def is_harmony(source: str) -> bool:
+    """gpt-oss's channels."""
+    return "<|channel|>" in source
+
+
+def is_lfm2(source: str) -> bool:
+    """LFM2's tool list in its special tokens, or LFM2.5's without them."""
+    return ("<|tool_list_start|>" in source and "<|tool_list_end|>" in source) or "List of tools: [" in source
+
+
+def is_ministral_3(source: str) -> bool:
+    """Ministral 3 and Magistral: Mistral's tags without Mistral Small 3.2's [CALL_ID]."""
+    return all(tag in source for tag in ("[SYSTEM_PROMPT]", "[TOOL_CALLS]", "[ARGS]")) and "[CALL_ID]" not in source
+
+
+def message_shaper(source: str) -> Callable[[Messages], Messages] | None:
+    """How the messages are shaped for the template with this source; None: as they are."""
+    if is_harmony(source):
+        return lambda messages: [_with_thinking(message, True) for message in messages]
+    if is_lfm2(source):
+        return lambda messages: [_with_thinking(message, False) for message in messages]
+    if is_ministral_3(source):
+        return lambda messages: [_as_blocks(message) for message in messages]
+    return None
+
+
+def _with_thinking(message: dict[str, Any], calls_drop_content: bool) -> dict[str, Any]:
+    reasoning = message.get("reasoning_content")
+    if not isinstance(reasoning, str):
+        return message
+    shaped = {**message, "thinking": reasoning}
+    if calls_drop_content and message.get("tool_calls"):  # gpt-oss: a call after a thought has no content
+        shaped.pop("content", None)
+    return shaped
+
+
+def _as_blocks(message: dict[str, Any]) -> dict[str, Any]:
+    if message.get("role") not in ("system", "assistant"):
+        return message
+    blocks: list[Any] = []
+    reasoning = message.get("reasoning_content")
+    if isinstance(reasoning, str):
+        blocks.append({"type": "thinking", "thinking": reasoning})
+    content = message.get("content")
+    if isinstance(content, str):
+        blocks.append({"type": "text", "text": content})
+    elif isinstance(content, list):
+        blocks.extend(content)
+    shaped = {key: value for key, value in message.items() if key != "reasoning_content"}
+    shaped["content"] = blocks
+    return shaped
