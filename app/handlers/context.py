@@ -21,7 +21,7 @@ from app.templating.call_format import CallFormat
 from app.templating.call_learning import learn_call_format
 from app.templating.chat_template import ChatTemplate, choose_template
 from app.templating.declared_formats import declared_call_format
-from app.templating.dedicated import is_harmony
+from app.templating.dedicated import declared_thinking_tags, is_harmony
 from app.templating.template_caps import (
     THINK,
     ThinkingTags,
@@ -105,7 +105,7 @@ class ServerContext:
         self._renders_tools = template_renders_tools(template.source, self._call_format)
         self._thinks = supports_thinking(template)
         self._harmony = is_harmony(template.source)
-        self._thinking_tags = harmony.THINKING if self._harmony else thinking_tags(template)
+        self._thinking_tags = declared_thinking_tags(template.source) or thinking_tags(template)
         self._preserved_tokens = template_tokens(self.engine.vocab, (
             *format_markup(template.source, self._call_format), self._thinking_tags.open, self._thinking_tags.close,
             *(harmony.MARKUP if self._harmony else ())))

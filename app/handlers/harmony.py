@@ -8,7 +8,8 @@ Read into what the rest of the chat pipeline reads (``ReasoningStream``'s and ``
 reasoning, and the content with each call written in the template's own call format (its ``CallFormat``,
 learned from the template: `` to=functions.NAME<|channel|>commentary json<|message|>ARGS<|call|>``), so that
 the tool gate and ``parse_tool_calls`` read the calls as any learned format's. With ``reasoning_format``
-``none`` the analysis stays in the content with its markers, as llama-server leaves it.
+``none`` the analysis stays in the content with its markers, as llama-server leaves it. (Its thinking tags, for a
+reasoning budget: ``declared_thinking_tags`` in app/templating/dedicated.py.)
 """
 
 from __future__ import annotations
@@ -17,11 +18,9 @@ import re
 
 from app.handlers.reasoning import Split
 from app.templating.call_format import CallFormat
-from app.templating.template_caps import ThinkingTags
 
 MESSAGE = "<|message|>"
 MARKUP = ("<|channel|>", "<|constrain|>", "<|message|>", "<|start|>", "<|end|>")  # kept in the text (preserved)
-THINKING = ThinkingTags("<|channel|>analysis<|message|>", "<|end|>")  # what a reasoning budget watches for
 _ENDS = ("<|end|>", "<|call|>", "<|return|>", "<|start|>")
 _HEADER_STARTS = ("<|start|>", "<|channel|>", " to=", "to=")
 _CHANNEL = re.compile(r"<\|channel\|>\s*([A-Za-z_]+)")

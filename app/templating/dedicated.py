@@ -1,12 +1,16 @@
 """Templates that llama-server gives code of their own (common/chat.cpp's specialized templates, found by their
-text as it finds them), and how it shapes their messages before rendering: gpt-oss's and LFM2's read an answer's
-reasoning as ``thinking``; Ministral 3's (and any template llama-server takes for one, Devstral's) take a system
-or assistant message's content as blocks, a thinking block first."""
+text as it finds them): how it shapes their messages before rendering (gpt-oss's and LFM2's read an answer's
+reasoning as ``thinking``; Ministral 3's, and any template llama-server takes for one, Devstral's, take a system
+or assistant message's content as blocks, a thinking block first), and the thinking tags it declares for those
+whose tags the template's rendering does not show as a pair (gpt-oss's analysis channel, Gemma 4's thought
+channel)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any
+
+from app.templating.template_caps import ThinkingTags
 
 Messages = list[dict[str, Any]]
 
@@ -19,6 +23,20 @@ def is_harmony(source: str) -> bool:
 def is_lfm2(source: str) -> bool:
     """LFM2's tool list in its special tokens, or LFM2.5's without them."""
     return ("<|tool_list_start|>" in source and "<|tool_list_end|>" in source) or "List of tools: [" in source
+
+
+def is_gemma_4(source: str) -> bool:
+    return "'<|tool_call>call:'" in source
+
+
+def declared_thinking_tags(source: str) -> ThinkingTags | None:
+    """The thinking tags llama-server declares for the template with this source; None: found as any
+    template's are (``thinking_tags``)."""
+    if is_harmony(source):
+        return ThinkingTags("<|channel|>analysis<|message|>", "<|end|>")
+    if is_gemma_4(source):
+        return ThinkingTags("<|channel>thought", "<channel|>")
+    return None
 
 
 def is_ministral_3(source: str) -> bool:

@@ -14,7 +14,8 @@ from app.handlers.tools import ToolFormat, ToolSpec, parse_tool_calls, plan_tool
 from app.templating.call_format import CallFormat
 from app.templating.call_learning import learn_call_format
 from app.templating.chat_template import ChatTemplate, TemplateChoice
-from app.templating.dedicated import message_shaper
+from app.templating.dedicated import declared_thinking_tags, message_shaper
+from app.templating.template_caps import ThinkingTags
 
 SOURCE = (Path(__file__).resolve().parents[1] / "data" / "templates" / "openai-gpt-oss-120b.jinja").read_text()
 LEARNED = learn_call_format(ChatTemplate(TemplateChoice(SOURCE, None), "<s>", "</s>", lambda *_: ""))
@@ -101,3 +102,11 @@ def test_only_the_templates_llama_server_shapes_for_are_shaped() -> None:
     assert shape([{"role": "user", "content": "hi"}]) == [{"role": "user", "content": "hi"}]  # users are not
     assert shape([{"role": "system", "content": "be brief"}]) == [{"role": "system", "content": [
         {"type": "text", "text": "be brief"}]}]
+
+
+def test_the_thinking_tags_llama_server_declares_for_gpt_oss_and_gemma_4() -> None:
+    templates = Path(__file__).resolve().parents[1] / "data" / "templates"
+    gemma = (templates / "google-gemma-4-31B-it.jinja").read_text()
+    assert declared_thinking_tags(SOURCE) == ThinkingTags("<|channel|>analysis<|message|>", "<|end|>")
+    assert declared_thinking_tags(gemma) == ThinkingTags("<|channel>thought", "<channel|>")
+    assert declared_thinking_tags((templates / "Qwen3-Coder.jinja").read_text()) is None  # found, not declared
