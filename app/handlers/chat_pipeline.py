@@ -13,11 +13,11 @@ from app.engine import Completion, FinishReason, GenerationRequest, TokenChunk
 from app.engine.types import MediaChunk, ReasoningBudget, TokenProbs
 from app.handlers.context import ServerContext
 from app.handlers.generation import JobGroup, Streamed
-from app.handlers.harmony import HarmonyStream, split_harmony
 from app.handlers.media import SOURCE_FIELD, MediaItem, decode_base64, media_from_url, media_marker, tokenize_with_media
 from app.handlers.params import ChatBody, ChatMessage, ContentPart, completions_count, generation_request, grammar_for
 from app.handlers.prompt_log import log_prompt
-from app.handlers.reasoning import FORMATS, ReasoningStream, split_reasoning
+from app.handlers.reasoning import FORMATS
+from app.handlers.replies import ReplyForm, ReplyStream, reply_stream, split_reply
 from app.handlers.request_limits import check_media_count
 from app.handlers.shapes import chunk_extras, finish_reason, probability_entries, probs_within_text
 from app.handlers.tool_gate import ToolGate
@@ -201,7 +201,7 @@ class PreparedChat:
     opened_thinking: bool
     top_logprobs: int | None
     parse_calls: bool = True  # tool calls are parsed out of the text (not with --skip-chat-parsing)
-    harmony: bool = False  # gpt-oss's channels (app/handlers/harmony.py), not thinking tags
+    reply_form: ReplyForm = "tags"  # how the reply is read (app/handlers/replies.py)
 
     @property
     def n_prompt(self) -> int:
@@ -263,7 +263,7 @@ def prepare_chat(ctx: ServerContext, body: ChatBody) -> PreparedChat:
         opened_thinking=opened,
         top_logprobs=top,
         parse_calls=not ctx.settings.skip_chat_parsing,
-        harmony=ctx.harmony and not ctx.settings.skip_chat_parsing,
+        reply_form="tags" if ctx.settings.skip_chat_parsing else ctx.reply_form,
     )
 
 
@@ -294,8 +294,8 @@ def _logprob_entries(ctx: ServerContext, prepared: PreparedChat, probs: tuple[To
 
 
 def finish_choice(ctx: ServerContext, prepared: PreparedChat, index: int, result: Completion) -> ChatChoice:
-    split = (split_harmony(result.text, prepared.reasoning_format, ctx.call_format) if prepared.harmony
-             else split_reasoning(result.text, prepared.reasoning_format, prepared.opened_thinking, ctx.thinking_tags))
+    split = split_reply(prepared.reply_form, result.text, prepared.reasoning_format, prepared.opened_thinking,
+                        ctx.thinking_tags, ctx.call_format)
     content, calls = split.content, list[ToolCall]()
     if prepared.plan is not None and prepared.parse_calls:
         content, calls = parse_tool_calls(content, prepared.plan)
@@ -337,13 +337,13 @@ def chat_deltas(ctx: ServerContext, prepared: PreparedChat, stream: Iterator[Str
                 progress: bool = False) -> Iterator[ChatDelta]:
     """A chat's stream as reasoning and content pieces as they come; tool calls once complete.
     Prompt-progress events become deltas of their own where the dialect shows them (``progress``)."""
-    splitters: dict[int, ReasoningStream | HarmonyStream] = {}
+    splitters: dict[int, ReplyStream] = {}
     gates: dict[int, ToolGate] = {}
     for item in stream:
         index, event = item.index, item.event
         if index not in splitters:
-            splitters[index] = (HarmonyStream(prepared.reasoning_format, ctx.call_format) if prepared.harmony else
-                                ReasoningStream(prepared.reasoning_format, prepared.opened_thinking, ctx.thinking_tags))
+            splitters[index] = reply_stream(prepared.reply_form, prepared.reasoning_format, prepared.opened_thinking,
+                                            ctx.thinking_tags, ctx.call_format)
         splitter = splitters[index]
         gate = gates.setdefault(index, ToolGate(prepared.plan if prepared.parse_calls else None))
         if isinstance(event, TokenChunk):

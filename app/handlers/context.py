@@ -13,6 +13,7 @@ from app.engine import Engine, NotReadyError, SamplingParams
 from app.engine.json_schema import schema_grammar
 from app.handlers import harmony
 from app.handlers.preserved_tokens import template_tokens
+from app.handlers.replies import ReplyForm, reply_form
 from app.handlers.tools import format_markup, template_renders_tools
 from app.protocol.api import Route
 from app.protocol.metrics import MetricsExporter
@@ -21,7 +22,7 @@ from app.templating.call_format import CallFormat
 from app.templating.call_learning import learn_call_format
 from app.templating.chat_template import ChatTemplate, choose_template
 from app.templating.declared_formats import declared_call_format
-from app.templating.dedicated import declared_thinking_tags, is_harmony
+from app.templating.dedicated import declared_thinking_tags
 from app.templating.template_caps import (
     THINK,
     ThinkingTags,
@@ -57,7 +58,7 @@ class ServerContext:
     _call_format: CallFormat | None = None  # the template's own tool-call format, learned with the caps
     _preserved_tokens: frozenset[int] = frozenset()  # special tokens of the template's markup, found with the caps
     _thinking_tags: ThinkingTags = THINK  # what opens and closes a thought in the template, with the caps
-    _harmony: bool = False  # the template speaks gpt-oss's channels (app/handlers/harmony.py)
+    _reply_form: ReplyForm = "tags"  # how a reply is read (app/handlers/replies.py), found with the caps
     _renders_tools: bool = False  # whether the template is given the tools (else a system message describes them)
     _thinks: bool = False  # whether the template thinks (--reasoning auto's enable_thinking)
     _default_grammar: str = ""  # --grammar, or --json-schema's grammar: published with the template
@@ -104,11 +105,11 @@ class ServerContext:
                              if self._caps["supports_tools"] else None)
         self._renders_tools = template_renders_tools(template.source, self._call_format)
         self._thinks = supports_thinking(template)
-        self._harmony = is_harmony(template.source)
+        self._reply_form = reply_form(template.source)
         self._thinking_tags = declared_thinking_tags(template.source) or thinking_tags(template)
         self._preserved_tokens = template_tokens(self.engine.vocab, (
             *format_markup(template.source, self._call_format), self._thinking_tags.open, self._thinking_tags.close,
-            *(harmony.MARKUP if self._harmony else ())))
+            *(harmony.MARKUP if self._reply_form == "harmony" else ())))
         self._default_grammar = self._server_grammar()
         unknown = info.outside_vocabulary([token for token, _ in self.settings.default_logit_bias])
         if unknown:
@@ -151,10 +152,11 @@ class ServerContext:
         return {"enable_thinking": self._thinks, **self.settings.template_kwargs}
 
     @property
-    def harmony(self) -> bool:
-        """Whether replies are read as gpt-oss's channels (app/handlers/harmony.py), not by thinking tags."""
+    def reply_form(self) -> ReplyForm:
+        """How replies are read: gpt-oss's channels, Functionary v3.2's recipients or thinking tags
+        (app/handlers/replies.py)."""
         self.chat_template  # noqa: B018 (not ready until the template is published)
-        return self._harmony
+        return self._reply_form
 
     @property
     def thinking_tags(self) -> ThinkingTags:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import re
 
-from app.handlers.reasoning import Split
 from app.templating.call_format import CallFormat
 
 MESSAGE = "<|message|>"
@@ -130,10 +129,3 @@ class HarmonyStream:
             return f"to={self._recipient}{MESSAGE}{self._call}"
         return (learned.section_start + learned.call_start + name + learned.name_end + self._call.strip()
                 + learned.call_end + learned.section_end)
-
-
-def split_harmony(text: str, reasoning_format: str, call_format: CallFormat | None) -> Split:
-    """The whole reply at once: the reasoning (None without an analysis message read as one) and the content."""
-    reader = HarmonyStream(reasoning_format, call_format)
-    reasoning, content = reader.feed(text, final=True)
-    return Split(content, reasoning.strip() if reader.reasoned else None)

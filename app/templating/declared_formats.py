@@ -7,7 +7,7 @@ llama-server finds its dedicated parsers (common/chat.cpp at the pinned llama.cp
 from __future__ import annotations
 
 from app.templating.call_format import CallFormat
-from app.templating.dedicated import is_lfm2
+from app.templating.dedicated import is_functionary_v3_2, is_lfm2
 
 # LFM2 and LFM2.5 (llama.cpp's parsers/lfm2.cpp): <|tool_call_start|>[get_weather(city="Paris"), ...]<|tool_call_end|>,
 # Python-style keyword arguments
@@ -28,6 +28,11 @@ MINIMAX_M3 = CallFormat("tagged", section_start=MINIMAX_NAMESPACE + "<tool_call>
                         separator="\n", key_start=MINIMAX_NAMESPACE + "<", key_end=">",
                         value_end=MINIMAX_NAMESPACE + "</", key_closes_value=">")
 
+# Functionary v3.2 (llama.cpp's parsers/functionary-v3-2.cpp): >>>get_weather\n{"city": "Paris"}, one message a
+# call; its template writes calls so, but its answers open the same way (>>>all), which learning refuses
+FUNCTIONARY_V3_2 = CallFormat("json", section_start="", call_start=">>>", name_end="\n", call_end="", section_end="",
+                              separator="")
+
 
 def declared_call_format(source: str) -> CallFormat | None:
     """The declared format of the template with this source, if it is one of them."""
@@ -37,4 +42,6 @@ def declared_call_format(source: str) -> CallFormat | None:
         return GRANITE_3
     if MINIMAX_NAMESPACE in source and "<invoke name=" in source:
         return MINIMAX_M3
+    if is_functionary_v3_2(source):
+        return FUNCTIONARY_V3_2
     return None

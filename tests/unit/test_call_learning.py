@@ -216,6 +216,9 @@ DECLARED = {  # templates whose calls cannot be learned: their models' calls, on
         '<|tool_call|>[{"name": "get_weather", "arguments": {"city": "Paris", "days": 3}}, '
         '{"arguments": {"city": "Oslo", "days": 1}, "name": "get_time"}]'),
     "MiniMax-M3": ("Let me check." + _minimax_calls(WEATHER), _minimax_calls(WEATHER, TIME)),
+    "meetkai-functionary-medium-v3.2": (  # as app/handlers/recipients.py gives them (after its answer's >>>all)
+        'Let me check.>>>get_weather\n{"city": "Paris", "days": 3}',
+        '>>>get_weather\n{"city": "Paris", "days": 3}>>>get_time\n{"city": "Oslo", "days": 1}'),
 }
 
 

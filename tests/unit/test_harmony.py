@@ -9,13 +9,15 @@ from pathlib import Path
 
 import pytest
 
-from app.handlers.harmony import HarmonyStream, split_harmony
+from app.handlers.harmony import HarmonyStream
+from app.handlers.reasoning import Split
+from app.handlers.replies import split_reply
 from app.handlers.tools import ToolFormat, ToolSpec, parse_tool_calls, plan_tools
 from app.templating.call_format import CallFormat
 from app.templating.call_learning import learn_call_format
 from app.templating.chat_template import ChatTemplate, TemplateChoice
 from app.templating.dedicated import declared_thinking_tags, message_shaper
-from app.templating.template_caps import ThinkingTags
+from app.templating.template_caps import THINK, ThinkingTags
 
 SOURCE = (Path(__file__).resolve().parents[1] / "data" / "templates" / "openai-gpt-oss-120b.jinja").read_text()
 LEARNED = learn_call_format(ChatTemplate(TemplateChoice(SOURCE, None), "<s>", "</s>", lambda *_: ""))
@@ -27,6 +29,10 @@ CALL_IN_ROLE = ('<|channel|>analysis<|message|>I need the tool.<|end|><|start|>a
                 '<|channel|>commentary json<|message|>{"city": "Paris"}<|call|>')
 WEATHER = ToolSpec.model_validate({"type": "function", "function": {"name": "get_weather", "parameters": {
     "type": "object", "properties": {"city": {"type": "string"}}}}})
+
+
+def split_harmony(text: str, reasoning_format: str, call_format: CallFormat) -> Split:
+    return split_reply("harmony", text, reasoning_format, False, THINK, call_format)
 
 
 def learned() -> CallFormat:

@@ -1,0 +1,89 @@
+"""Functionary v3.2's replies (its template has ``>>>all`` and ``>>>${recipient}``, as llama-server picks its
+Functionary v3.2 parser): the prompt ends with ``>>>``, and the model writes messages, each a recipient on a
+line of its own then the message, the next after another ``>>>``. ``all`` is the answer; any other recipient
+is a tool call whose message is its JSON arguments.
+
+Read into what the rest of the chat pipeline reads (``ReasoningStream``'s shapes: no reasoning here): the
+answer, with each call written in the template's declared call format (``>>>NAME\\nARGS``:
+app/templating/declared_formats.py), so that the tool gate and ``parse_tool_calls`` read it.
+"""
+
+from __future__ import annotations
+
+import re
+
+from app.templating.call_format import CallFormat
+
+OPENER = ">>>"
+_RECIPIENT = re.compile(r"[A-Za-z0-9_.\-]*")
+
+
+class RecipientStream:
+    """The streaming reader: feed text pieces, get ("", content) pieces. A recipient's line and a partial
+    ``>>>`` are held until complete, a call's arguments until its message ends."""
+
+    def __init__(self, call_format: CallFormat | None) -> None:
+        self._call_format = call_format
+        self._buffer = ""
+        self._state = "recipient"  # recipient: its line; message: after it; plain: not this form
+        self._recipient = ""
+        self._call = ""
+
+    def feed(self, text: str, final: bool = False) -> tuple[str, str]:
+        self._buffer += text
+        content: list[str] = []
+        while self._step(content, final):
+            pass
+        return "", "".join(content)
+
+    def _step(self, content: list[str], final: bool) -> bool:
+        if self._state == "plain":
+            content.append(self._buffer)
+            self._buffer = ""
+            return False
+        if self._state == "recipient":
+            return self._recipient_line(final)
+        at = self._buffer.find(OPENER)
+        if at >= 0:
+            self._emit(self._buffer[:at], content)
+            self._buffer = self._buffer[at + len(OPENER):]
+            self._close(content)
+            return True
+        hold = 0 if final else max((size for size in (2, 1) if self._buffer.endswith(OPENER[:size])), default=0)
+        self._emit(self._buffer[:len(self._buffer) - hold], content)
+        self._buffer = self._buffer[len(self._buffer) - hold:]
+        if final:
+            self._close(content)
+        return False
+
+    def _recipient_line(self, final: bool) -> bool:
+        line, newline, rest = self._buffer.lstrip(">").partition("\n")
+        name = _RECIPIENT.fullmatch(line.strip())
+        if not newline:
+            if name is None or final:  # not a recipient's line: the text as it is
+                self._state = "plain"
+                return True
+            return False
+        if name is None or not line.strip():
+            self._state = "plain"
+            return True
+        self._recipient, self._call, self._buffer, self._state = line.strip(), "", rest, "message"
+        return True
+
+    def _emit(self, text: str, content: list[str]) -> None:
+        if self._recipient == "all":
+            content.append(text)
+        else:
+            self._call += text
+
+    def _close(self, content: list[str]) -> None:
+        if self._recipient != "all":
+            content.append(self._call_text())
+        self._state, self._recipient, self._call = "recipient", "", ""
+
+    def _call_text(self) -> str:
+        learned = self._call_format
+        if learned is None:
+            return f"{OPENER}{self._recipient}\n{self._call}"
+        return (learned.section_start + learned.call_start + self._recipient + learned.name_end + self._call.strip()
+                + learned.call_end + learned.section_end)

@@ -1,0 +1,51 @@
+"""Which reader a chat's reply goes through, by the template's form (as llama-server picks a parser): gpt-oss's
+channels (app/handlers/harmony.py), Functionary v3.2's recipients (app/handlers/recipients.py), or thinking
+tags around a thought (app/handlers/reasoning.py), each giving the reasoning and the content (where the tool
+calls are then read)."""
+
+from __future__ import annotations
+
+from typing import Literal, Protocol
+
+from app.handlers.harmony import HarmonyStream
+from app.handlers.reasoning import ReasoningStream, Split, split_reasoning
+from app.handlers.recipients import RecipientStream
+from app.templating.call_format import CallFormat
+from app.templating.dedicated import is_functionary_v3_2, is_harmony
+from app.templating.template_caps import ThinkingTags
+
+ReplyForm = Literal["tags", "harmony", "recipients"]
+
+
+class ReplyStream(Protocol):
+    def feed(self, text: str, final: bool = False) -> tuple[str, str]:
+        """(reasoning, content) of the text so far that is known to be either."""
+
+
+def reply_form(template_source: str) -> ReplyForm:
+    if is_harmony(template_source):
+        return "harmony"
+    if is_functionary_v3_2(template_source):
+        return "recipients"
+    return "tags"
+
+
+def reply_stream(form: ReplyForm, reasoning_format: str, opened: bool, tags: ThinkingTags,
+                 call_format: CallFormat | None) -> ReplyStream:
+    if form == "harmony":
+        return HarmonyStream(reasoning_format, call_format)
+    if form == "recipients":
+        return RecipientStream(call_format)
+    return ReasoningStream(reasoning_format, opened, tags)
+
+
+def split_reply(form: ReplyForm, text: str, reasoning_format: str, opened: bool, tags: ThinkingTags,
+                call_format: CallFormat | None) -> Split:
+    """The whole reply at once."""
+    if form == "tags":
+        return split_reasoning(text, reasoning_format, opened, tags)
+    if form == "recipients":
+        return Split(RecipientStream(call_format).feed(text, final=True)[1], None)
+    reader = HarmonyStream(reasoning_format, call_format)
+    reasoning, content = reader.feed(text, final=True)
+    return Split(content, reasoning.strip() if reader.reasoned else None)
