@@ -11,13 +11,12 @@ import json
 from collections.abc import Iterator
 from pathlib import Path
 
-import openai
 import pytest
 import requests
 
-from tests.integration.conftest import Server, start
+from tests.integration.chats import forced_call, template_server
+from tests.integration.conftest import Server
 
-TEMPLATES = Path(__file__).resolve().parents[1] / "data" / "templates"
 WEATHER = {"type": "function", "function": {"name": "get_weather", "description": "The weather in a city",
                                             "parameters": {"type": "object", "properties": {
                                                 "city": {"type": "string", "enum": ["Paris", "Oslo"]},
@@ -44,12 +43,8 @@ CASES: dict[str, tuple[str, str | None]] = {
 
 @pytest.fixture(scope="module", params=sorted(CASES))
 def templated(request: pytest.FixtureRequest, server_dir: Path) -> Iterator[tuple[str, Server]]:
-    server = start(server_dir, ["--jinja", "--chat-template-file", str(TEMPLATES / f"{request.param}.jinja"),
-                                "-np", "2", "-c", "4096"])
-    try:
+    with template_server(server_dir, request.param, "-np", "2") as server:
         yield request.param, server
-    finally:
-        assert server.stop() == 0, server.log()
 
 
 def test_the_template_renders_the_tools_itself(templated: tuple[str, Server]) -> None:
@@ -64,27 +59,9 @@ def test_the_template_renders_the_tools_itself(templated: tuple[str, Server]) ->
 def test_a_forced_call_in_the_templates_format_arrives_as_a_tool_call(templated: tuple[str, Server],
                                                                       stream: bool) -> None:
     _, server = templated
-    client = openai.OpenAI(base_url=server.url("/v1"), api_key="none")
-    arguments: dict[str, str]
-    if stream:
-        chunks = list(client.chat.completions.create(model="m", messages=QUESTION, tools=[WEATHER],  # type: ignore[call-overload]
-                                                     tool_choice="required", max_tokens=160, temperature=0,
-                                                     stream=True, extra_body=NO_THINKING))
-        calls = [call for chunk in chunks if chunk.choices for call in chunk.choices[0].delta.tool_calls or []]
-        finish = [chunk.choices[0].finish_reason for chunk in chunks if chunk.choices][-1]
-        assert finish == "tool_calls" and len(calls) == 1
-        assert calls[0].function is not None and calls[0].function.name == "get_weather"
-        arguments = json.loads(calls[0].function.arguments or "")
-    else:
-        reply = client.chat.completions.create(model="m", messages=QUESTION, tools=[WEATHER],  # type: ignore[call-overload]
-                                               tool_choice="required", max_tokens=160, temperature=0,
-                                               extra_body=NO_THINKING)
-        choice = reply.choices[0]
-        assert choice.finish_reason == "tool_calls" and choice.message.tool_calls
-        call = choice.message.tool_calls[0]
-        assert call.function.name == "get_weather"
-        arguments = json.loads(call.function.arguments)
-    assert set(arguments) == {"city", "days"} and arguments["city"] in ("Paris", "Oslo")
+    name, text, _ = forced_call(server, WEATHER, QUESTION[0]["content"], stream, **NO_THINKING)
+    arguments = json.loads(text)
+    assert name == "get_weather" and set(arguments) == {"city", "days"} and arguments["city"] in ("Paris", "Oslo")
     assert isinstance(arguments["days"], int)  # typed by the schema, whether the template quotes it or not
 
 

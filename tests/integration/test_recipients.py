@@ -9,13 +9,12 @@ import json
 from collections.abc import Iterator
 from pathlib import Path
 
-import openai
 import pytest
 import requests
 
-from tests.integration.conftest import Server, start
+from tests.integration.chats import forced_call, streamed_chat, template_server
+from tests.integration.conftest import Server
 
-TEMPLATES = Path(__file__).resolve().parents[1] / "data" / "templates"
 BODY = {"messages": [{"role": "user", "content": "Is it raining?"}], "grammar": 'root ::= "all\\n" [A-Za-z ]{1,16}',
         "max_tokens": 30, "temperature": 0}
 WEATHER = {"type": "function", "function": {"name": "get_weather", "description": "The weather", "parameters": {
@@ -24,12 +23,8 @@ WEATHER = {"type": "function", "function": {"name": "get_weather", "description"
 
 @pytest.fixture(scope="module")
 def server(server_dir: Path) -> Iterator[Server]:
-    running = start(server_dir, ["--jinja", "--chat-template-file",
-                                 str(TEMPLATES / "meetkai-functionary-medium-v3.2.jinja"), "-np", "1", "-c", "4096"])
-    try:
+    with template_server(server_dir, "meetkai-functionary-medium-v3.2") as running:
         yield running
-    finally:
-        assert running.stop() == 0, running.log()
 
 
 def test_the_template_renders_the_tools_itself(server: Server) -> None:
@@ -46,28 +41,10 @@ def test_an_answer_to_all_arrives_without_its_recipient(server: Server) -> None:
     assert raw.startswith("all\n")  # what the model wrote
     message = requests.post(server.url("/v1/chat/completions"), json=BODY, timeout=120).json()["choices"][0]["message"]
     assert message["content"] == raw.removeprefix("all\n")
-    with requests.post(server.url("/v1/chat/completions"), json={**BODY, "stream": True}, stream=True,
-                       timeout=120) as reply:
-        deltas = [json.loads(line[6:])["choices"][0]["delta"] for line in reply.iter_lines(decode_unicode=True)
-                  if line.startswith("data: {")]
-    assert "".join(delta.get("content") or "" for delta in deltas) == message["content"]
+    assert streamed_chat(server, BODY)[1] == message["content"]
 
 
 @pytest.mark.parametrize("stream", [False, True])
 def test_a_forced_call_arrives_as_a_tool_call(server: Server, stream: bool) -> None:
-    client = openai.OpenAI(base_url=server.url("/v1"), api_key="none")
-    question = [{"role": "user", "content": "Weather in Paris?"}]
-    if stream:
-        chunks = list(client.chat.completions.create(model="m", messages=question, tools=[WEATHER],  # type: ignore[call-overload]
-                                                     tool_choice="required", max_tokens=60, temperature=0,
-                                                     stream=True))
-        calls = [call for chunk in chunks if chunk.choices for call in chunk.choices[0].delta.tool_calls or []]
-        assert len(calls) == 1 and calls[0].function is not None
-        name, arguments = calls[0].function.name, calls[0].function.arguments or ""
-    else:
-        reply = client.chat.completions.create(model="m", messages=question, tools=[WEATHER],  # type: ignore[call-overload]
-                                               tool_choice="required", max_tokens=60, temperature=0)
-        choice = reply.choices[0]
-        assert choice.finish_reason == "tool_calls" and choice.message.tool_calls
-        name, arguments = choice.message.tool_calls[0].function.name, choice.message.tool_calls[0].function.arguments
+    name, arguments, _ = forced_call(server, WEATHER, "Weather in Paris?", stream)
     assert name == "get_weather" and json.loads(arguments)["city"] in ("Paris", "Oslo")

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 import requests
 
-from tests.integration.conftest import Server, start
+from tests.integration.chats import streamed_chat, template_server
+from tests.integration.conftest import Server
 
-TEMPLATES = Path(__file__).resolve().parents[1] / "data" / "templates"
 TAGS = {"ByteDance-Seed-OSS": ("<seed:think>", "</seed:think>"),
         "google-gemma-4-31B-it": ("<|channel>thought\n", "<channel|>")}
 
@@ -27,12 +27,8 @@ def templated(request: pytest.FixtureRequest, server_dir: Path) -> Iterator[tupl
     grammar = f'root ::= {json.dumps(opening)} [a-z ]{{1,12}} {json.dumps(closing)} [A-Za-z ]{{1,12}}'
     body = {"messages": [{"role": "user", "content": "Is it raining?"}], "grammar": grammar, "max_tokens": 40,
             "temperature": 0}
-    running = start(server_dir, ["--jinja", "--chat-template-file", str(TEMPLATES / f"{request.param}.jinja"),
-                                 "-np", "1", "-c", "2048"])
-    try:
+    with template_server(server_dir, request.param) as running:
         yield body, running
-    finally:
-        assert running.stop() == 0, running.log()
 
 
 def test_a_thought_in_the_templates_tags_is_the_reasoning(templated: tuple[dict[str, object], Server]) -> None:
@@ -50,11 +46,6 @@ def test_a_streamed_thought_in_the_templates_tags_is_the_reasoning(
         templated: tuple[dict[str, object], Server]) -> None:
     body, server = templated
     message = requests.post(server.url("/v1/chat/completions"), json=body, timeout=120).json()["choices"][0]["message"]
-    with requests.post(server.url("/v1/chat/completions"), json={**body, "stream": True}, stream=True,
-                       timeout=120) as reply:
-        deltas = [json.loads(line[6:])["choices"][0]["delta"] for line in reply.iter_lines(decode_unicode=True)
-                  if line.startswith("data: {")]
-    reasoning = "".join(delta.get("reasoning_content") or "" for delta in deltas)
-    content = "".join(delta.get("content") or "" for delta in deltas)
+    reasoning, content = streamed_chat(server, body)
     assert (reasoning.strip(), content) == (message["reasoning_content"], message["content"])
     assert "think>" not in reasoning + content and "channel" not in reasoning + content

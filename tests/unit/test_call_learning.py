@@ -114,6 +114,11 @@ def test_a_reply_in_the_models_own_format_is_read_back(name: str) -> None:
     source = (TEMPLATES / f"{name}.jinja").read_text(encoding="utf-8")
     plan = plan_tools(TOOLS, "auto", True, source, call_format)
     assert plan is not None and plan.format is ToolFormat.LEARNED
+    assert_reads_back(plan, one_call, two_calls)
+
+
+def assert_reads_back(plan: Any, one_call: str, two_calls: str) -> None:
+    """The reply with one call, after an answer, and the reply with two are read into the calls."""
     content, calls = parse_tool_calls(one_call, plan)
     assert content == "Let me check."
     assert [(call.name, json.loads(call.arguments)) for call in calls] == [WEATHER]
@@ -234,12 +239,7 @@ def declared_plan(name: str, choice: Any = "auto") -> Any:
 def test_a_reply_in_a_declared_format_is_read_back(name: str) -> None:
     one_call, two_calls = DECLARED[name]
     plan = declared_plan(name)
-    content, calls = parse_tool_calls(one_call, plan)
-    assert content == "Let me check."
-    assert [(call.name, json.loads(call.arguments)) for call in calls] == [WEATHER]
-    content, calls = parse_tool_calls(two_calls, plan)
-    assert content == ""
-    assert [(call.name, json.loads(call.arguments)) for call in calls] == [WEATHER, TIME]
+    assert_reads_back(plan, one_call, two_calls)
     assert parse_tool_calls("It is sunny in Paris.", plan) == ("It is sunny in Paris.", [])
 
 
