@@ -11,9 +11,8 @@ from app.agent.toolbox import Toolbox
 from app.config.settings import Settings
 from app.engine import Engine, NotReadyError, SamplingParams
 from app.engine.json_schema import schema_grammar
-from app.handlers import harmony
 from app.handlers.preserved_tokens import template_tokens
-from app.handlers.replies import ReplyForm, reply_form
+from app.handlers.replies import ReplyForm, reply_form, reply_markup
 from app.handlers.tools import format_markup, template_renders_tools
 from app.protocol.api import Route
 from app.protocol.metrics import MetricsExporter
@@ -109,7 +108,7 @@ class ServerContext:
         self._thinking_tags = declared_thinking_tags(template.source) or thinking_tags(template)
         self._preserved_tokens = template_tokens(self.engine.vocab, (
             *format_markup(template.source, self._call_format), self._thinking_tags.open, self._thinking_tags.close,
-            *(harmony.MARKUP if self._reply_form == "harmony" else ())))
+            *reply_markup(self._reply_form)))
         self._default_grammar = self._server_grammar()
         unknown = info.outside_vocabulary([token for token, _ in self.settings.default_logit_bias])
         if unknown:
@@ -153,8 +152,8 @@ class ServerContext:
 
     @property
     def reply_form(self) -> ReplyForm:
-        """How replies are read: gpt-oss's channels, Functionary v3.2's recipients or thinking tags
-        (app/handlers/replies.py)."""
+        """How replies are read: gpt-oss's channels, Muse Glimmer's or Functionary v3.2's recipients, or
+        thinking tags (app/handlers/replies.py)."""
         self.chat_template  # noqa: B018 (not ready until the template is published)
         return self._reply_form
 

@@ -1,20 +1,20 @@
 """Which reader a chat's reply goes through, by the template's form (as llama-server picks a parser): gpt-oss's
-channels (app/handlers/harmony.py), Functionary v3.2's recipients (app/handlers/recipients.py), or thinking
-tags around a thought (app/handlers/reasoning.py), each giving the reasoning and the content (where the tool
-calls are then read)."""
+channels and Muse Glimmer's recipients (app/handlers/harmony.py), Functionary v3.2's recipients
+(app/handlers/recipients.py), or thinking tags around a thought (app/handlers/reasoning.py), each giving the
+reasoning and the content (where the tool calls are then read)."""
 
 from __future__ import annotations
 
 from typing import Literal, Protocol
 
-from app.handlers.harmony import HarmonyStream
+from app.handlers.harmony import HARMONY, MUSE, HarmonyStream
 from app.handlers.reasoning import ReasoningStream, Split, split_reasoning
 from app.handlers.recipients import RecipientStream
 from app.templating.call_format import CallFormat
-from app.templating.dedicated import is_functionary_v3_2, is_harmony
+from app.templating.dedicated import is_functionary_v3_2, is_harmony, is_muse_glimmer
 from app.templating.template_caps import ThinkingTags
 
-ReplyForm = Literal["tags", "harmony", "recipients"]
+ReplyForm = Literal["tags", "harmony", "muse", "recipients"]
 
 
 class ReplyStream(Protocol):
@@ -25,6 +25,8 @@ class ReplyStream(Protocol):
 def reply_form(template_source: str) -> ReplyForm:
     if is_harmony(template_source):
         return "harmony"
+    if is_muse_glimmer(template_source):
+        return "muse"
     if is_functionary_v3_2(template_source):
         return "recipients"
     return "tags"
@@ -32,8 +34,8 @@ def reply_form(template_source: str) -> ReplyForm:
 
 def reply_stream(form: ReplyForm, reasoning_format: str, opened: bool, tags: ThinkingTags,
                  call_format: CallFormat | None) -> ReplyStream:
-    if form == "harmony":
-        return HarmonyStream(reasoning_format, call_format)
+    if form in ("harmony", "muse"):
+        return HarmonyStream(reasoning_format, call_format, HARMONY if form == "harmony" else MUSE)
     if form == "recipients":
         return RecipientStream(call_format)
     return ReasoningStream(reasoning_format, opened, tags)
@@ -46,6 +48,11 @@ def split_reply(form: ReplyForm, text: str, reasoning_format: str, opened: bool,
         return split_reasoning(text, reasoning_format, opened, tags)
     if form == "recipients":
         return Split(RecipientStream(call_format).feed(text, final=True)[1], None)
-    reader = HarmonyStream(reasoning_format, call_format)
+    reader = HarmonyStream(reasoning_format, call_format, HARMONY if form == "harmony" else MUSE)
     reasoning, content = reader.feed(text, final=True)
     return Split(content, reasoning.strip() if reader.reasoned else None)
+
+
+def reply_markup(form: ReplyForm) -> tuple[str, ...]:
+    """The special tokens a reader of this form needs in the text (preserved), besides the call format's."""
+    return HARMONY.markup if form == "harmony" else MUSE.markup if form == "muse" else ()

@@ -66,7 +66,19 @@ def date_context() -> dict[str, str]:
 
 
 def _tojson(value: Any, indent: int | None = None, **_: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, indent=indent)
+    """JSON of a value; an undefined one is null, as llama.cpp's Jinja writes it (Muse Glimmer's template writes a
+    tool's ``description``, which a request may leave out)."""
+    return json.dumps(_defined(value), ensure_ascii=False, indent=indent, default=_undefined_as_null)
+
+
+def _defined(value: Any) -> Any:
+    return None if isinstance(value, jinja2.Undefined) else value
+
+
+def _undefined_as_null(value: Any) -> None:
+    if isinstance(value, jinja2.Undefined):
+        return None
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
 
 
 class _LlamaUndefined(jinja2.Undefined):

@@ -7,7 +7,7 @@ llama-server finds its dedicated parsers (common/chat.cpp at the pinned llama.cp
 from __future__ import annotations
 
 from app.templating.call_format import CallFormat
-from app.templating.dedicated import is_functionary_v3_2, is_lfm2
+from app.templating.dedicated import is_functionary_v3_2, is_lfm2, is_muse_glimmer
 
 # LFM2 and LFM2.5 (llama.cpp's parsers/lfm2.cpp): <|tool_call_start|>[get_weather(city="Paris"), ...]<|tool_call_end|>,
 # Python-style keyword arguments
@@ -33,6 +33,13 @@ MINIMAX_M3 = CallFormat("tagged", section_start=MINIMAX_NAMESPACE + "<tool_call>
 FUNCTIONARY_V3_2 = CallFormat("json", section_start="", call_start=">>>", name_end="\n", call_end="", section_end="",
                               separator="")
 
+# Muse Glimmer (llama.cpp's parsers/muse-glimmer.cpp): an ATEM block in a message to the tool (its recipient,
+# before the block, is read by app/handlers/harmony.py); the name written twice, which learning cannot take
+MUSE_GLIMMER = CallFormat("tagged", section_start="", call_start='<atem:function_calls>\n<atem:invoke name="',
+                          name_end='">\n', call_end="\n</atem:invoke>\n</atem:function_calls>", section_end="",
+                          separator="", key_start='<atem:parameter name="', key_end='">',
+                          value_end="</atem:parameter>", pair_separator="\n")  # one block a call, a message each
+
 
 def declared_call_format(source: str) -> CallFormat | None:
     """The declared format of the template with this source, if it is one of them."""
@@ -44,4 +51,6 @@ def declared_call_format(source: str) -> CallFormat | None:
         return MINIMAX_M3
     if is_functionary_v3_2(source):
         return FUNCTIONARY_V3_2
+    if is_muse_glimmer(source):
+        return MUSE_GLIMMER
     return None

@@ -25,6 +25,11 @@ def is_lfm2(source: str) -> bool:
     return ("<|tool_list_start|>" in source and "<|tool_list_end|>" in source) or "List of tools: [" in source
 
 
+def is_muse_glimmer(source: str) -> bool:
+    """Muse Glimmer's recipients (to=self, to=user, to=a tool) and ATEM calls."""
+    return "<atem:function_calls>" in source and "<|eom|>" in source
+
+
 def is_functionary_v3_2(source: str) -> bool:
     """Functionary v3.2's recipients: ``>>>all`` for the answer, ``>>>name`` for a call."""
     return ">>>all" in source and ">>>${recipient}" in source

@@ -1,7 +1,7 @@
-"""gpt-oss's harmony replies on the real model, with gpt-oss's own template (app/handlers/harmony.py): a reply
-in channels (written under a grammar, as gpt-oss writes it) arrives with the analysis as ``reasoning_content``
-and the final channel as the content, streamed or not; a forced call arrives as a tool call through the
-OpenAI SDK, as llama-server's gpt-oss parser reads them."""
+"""gpt-oss's harmony replies (and Muse Glimmer's) on the real model, with their own templates
+(app/handlers/harmony.py): a reply in channels (written under a grammar, as gpt-oss writes it) arrives with
+the analysis as ``reasoning_content`` and the final channel as the content, streamed or not; a forced call
+arrives as a tool call through the OpenAI SDK, as llama-server's gpt-oss parser reads them."""
 
 from __future__ import annotations
 
@@ -56,3 +56,28 @@ def test_a_streamed_reply_in_channels_is_split_alike(server: Server) -> None:
 def test_a_forced_call_arrives_as_a_tool_call(server: Server, stream: bool) -> None:
     name, arguments, content = forced_call(server, WEATHER, "Weather in Paris?", stream)
     assert name == "get_weather" and json.loads(arguments)["city"] in ("Paris", "Oslo") and not content
+
+
+MUSE_BODY = {"messages": [{"role": "user", "content": "Is it raining?"}], "max_tokens": 60, "temperature": 0,
+             "grammar": 'root ::= " to=self<|message|>" [a-z ]{1,12} "<|eom|><|start|>assistant to=user<|message|>" '
+                        "[A-Za-z ]{1,12}"}
+
+
+@pytest.fixture(scope="module")
+def muse(server_dir: Path) -> Iterator[Server]:
+    with template_server(server_dir, "muse-glimmer") as running:
+        yield running
+
+
+def test_muse_glimmers_thought_to_self_is_the_reasoning(muse: Server) -> None:
+    """Muse Glimmer's messages to self and to the user, read as gpt-oss's channels are; its tools go through its
+    template, and a forced call (an ATEM block) arrives as a tool call."""
+    message = chat(muse, MUSE_BODY)
+    assert message["reasoning_content"] and message["content"] and "<|" not in str(message["content"])
+    reasoning, content = streamed_chat(muse, MUSE_BODY)
+    assert (reasoning.strip(), content) == (message["reasoning_content"], message["content"])
+    prompt = requests.post(muse.url("/apply-template"), json={"messages": MUSE_BODY["messages"], "tools": [WEATHER]},
+                           timeout=30).json()["prompt"]
+    assert "get_weather" in prompt and "You can call the following tools" not in prompt
+    name, arguments, _ = forced_call(muse, WEATHER, "Weather in Paris?", False)
+    assert name == "get_weather" and json.loads(arguments)["city"] in ("Paris", "Oslo")

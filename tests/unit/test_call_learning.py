@@ -209,6 +209,12 @@ def _minimax_calls(*calls: tuple[str, dict[str, Any]]) -> str:
     return f"{ns}<tool_call>\n{invokes}\n{ns}</tool_call>"
 
 
+def _atem_call(name: str, arguments: dict[str, Any]) -> str:
+    """A call as Muse Glimmer writes it: an ATEM block of its own."""
+    parameters = "\n".join(f'<atem:parameter name="{key}">{value}</atem:parameter>' for key, value in arguments.items())
+    return f'<atem:function_calls>\n<atem:invoke name="{name}">\n{parameters}\n</atem:invoke>\n</atem:function_calls>'
+
+
 DECLARED = {  # templates whose calls cannot be learned: their models' calls, one and two (declared_formats.py)
     "LFM2-8B-A1B": ('Let me check.<|tool_call_start|>[get_weather(city="Paris", days=3)]<|tool_call_end|>',
                     '<|tool_call_start|>[get_weather(city="Paris", days=3), get_time(city="Oslo", days=1)]'
@@ -221,6 +227,8 @@ DECLARED = {  # templates whose calls cannot be learned: their models' calls, on
         '<|tool_call|>[{"name": "get_weather", "arguments": {"city": "Paris", "days": 3}}, '
         '{"arguments": {"city": "Oslo", "days": 1}, "name": "get_time"}]'),
     "MiniMax-M3": ("Let me check." + _minimax_calls(WEATHER), _minimax_calls(WEATHER, TIME)),
+    "muse-glimmer": (  # as app/handlers/harmony.py gives them: each message's ATEM block
+        "Let me check." + _atem_call(*WEATHER), _atem_call(*WEATHER) + _atem_call(*TIME)),
     "meetkai-functionary-medium-v3.2": (  # as app/handlers/recipients.py gives them (after its answer's >>>all)
         'Let me check.>>>get_weather\n{"city": "Paris", "days": 3}',
         '>>>get_weather\n{"city": "Paris", "days": 3}>>>get_time\n{"city": "Oslo", "days": 1}'),

@@ -9,17 +9,19 @@ from pathlib import Path
 
 import pytest
 
-from app.handlers.harmony import HarmonyStream
+from app.handlers.harmony import MUSE, HarmonyStream
 from app.handlers.reasoning import Split
-from app.handlers.replies import split_reply
+from app.handlers.replies import reply_form, split_reply
 from app.handlers.tools import ToolFormat, ToolSpec, parse_tool_calls, plan_tools
 from app.templating.call_format import CallFormat
 from app.templating.call_learning import learn_call_format
 from app.templating.chat_template import ChatTemplate, TemplateChoice
+from app.templating.declared_formats import MUSE_GLIMMER, declared_call_format
 from app.templating.dedicated import declared_thinking_tags, message_shaper
 from app.templating.template_caps import THINK, ThinkingTags
 
 SOURCE = (Path(__file__).resolve().parents[1] / "data" / "templates" / "openai-gpt-oss-120b.jinja").read_text()
+MUSE_SOURCE = (Path(__file__).resolve().parents[1] / "data" / "templates" / "muse-glimmer.jinja").read_text()
 LEARNED = learn_call_format(ChatTemplate(TemplateChoice(SOURCE, None), "<s>", "</s>", lambda *_: ""))
 ANSWER = ("<|channel|>analysis<|message|>The user wants the weather.<|end|><|start|>assistant<|channel|>final"
           "<|message|>It is sunny.")
@@ -116,3 +118,19 @@ def test_the_thinking_tags_llama_server_declares_for_gpt_oss_and_gemma_4() -> No
     assert declared_thinking_tags(SOURCE) == ThinkingTags("<|channel|>analysis<|message|>", "<|end|>")
     assert declared_thinking_tags(gemma) == ThinkingTags("<|channel>thought", "<channel|>")
     assert declared_thinking_tags((templates / "Qwen3-Coder.jinja").read_text()) is None  # found, not declared
+
+
+def test_muse_glimmers_recipients_are_read_as_gpt_oss_channels_are() -> None:
+    """to=self is the reasoning, to=user the answer, a message to a tool its ATEM call (kept as written: the
+    declared format reads it)."""
+    atem = ('<atem:function_calls>\n<atem:invoke name="get_weather">\n<atem:parameter name="city">Paris'
+            "</atem:parameter>\n</atem:invoke>\n</atem:function_calls>")
+    answer = " to=self<|message|>Think.<|eom|><|start|>assistant to=user<|message|>Sunny.<|eot|>"
+    call = f" to=self<|message|>Think.<|eom|><|start|>assistant to=get_weather<|message|>{atem}<|eom|>"
+    for reply, content in ((answer, "Sunny."), (call, atem)):
+        split = split_reply("muse", reply, "auto", False, THINK, MUSE_GLIMMER)
+        assert (split.reasoning, split.content) == ("Think.", content)
+        stream = HarmonyStream("auto", MUSE_GLIMMER, MUSE)
+        pieces = [stream.feed(reply[at:at + 3]) for at in range(0, len(reply), 3)] + [stream.feed("", final=True)]
+        assert "".join(piece for _, piece in pieces) == content
+    assert reply_form(MUSE_SOURCE) == "muse" and declared_call_format(MUSE_SOURCE) is MUSE_GLIMMER

@@ -170,3 +170,11 @@ def test_which_templates_think(source: str, thinks: bool) -> None:
     """llama-server's --reasoning auto gives enable_thinking only to a template its chat analysis finds
     thinking in; ``supports_thinking`` finds the same."""
     assert supports_thinking(ChatTemplate(TemplateChoice(source, None), "<s>", "</s>", builtin)) is thinks
+
+
+def test_an_undefined_value_is_null_in_json_as_in_llama_cpps_jinja() -> None:
+    """Muse Glimmer's template writes a tool's description with tojson; a tool without one is null, not a 400."""
+    source = "{% for t in tools %}{{ t.function.description | tojson }}{{ t.function.name | tojson }}{% endfor %}"
+    template = ChatTemplate(TemplateChoice(source, None), "", "", builtin)
+    assert template.render([{"role": "user", "content": "hi"}], True, [{"type": "function", "function": {
+        "name": "f"}}]) == 'null"f"'
