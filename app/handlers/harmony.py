@@ -100,12 +100,14 @@ class HarmonyStream:
     def _header(self, content: list[str], final: bool) -> bool:
         head = self._buffer.lstrip()
         at = self._buffer.find(MESSAGE)
-        if at < 0:
-            starts = self._dialect.header_starts
-            if not head or (not final and (any(head.startswith(start) for start in starts)
-                                           or any(start.startswith(head) for start in starts))):
-                return False  # a header on its way
-            self._state = "plain"  # not harmony: the text as it is
+        starts = self._dialect.header_starts
+        opens = any(head.startswith(start) for start in starts)
+        if at < 0 and head and not final and (opens or any(start.startswith(head) for start in starts)):
+            return False  # a header on its way
+        if at < 0 and not head:
+            return False
+        if at < 0 or not opens:
+            self._state = "plain"  # not in messages: the text as it is
             return True
         header = self._buffer[:at]
         channel = _CHANNEL.search(header)

@@ -68,7 +68,8 @@ def test_a_message_to_a_function_is_a_tool_call(reply: str) -> None:
     assert content == "" and [(call.name, call.arguments) for call in calls] == [("get_weather", '{"city": "Paris"}')]
 
 
-@pytest.mark.parametrize("reply", [ANSWER, CALL_IN_CHANNEL, CALL_IN_ROLE, "to be honest, it rains."])
+@pytest.mark.parametrize("reply", [ANSWER, CALL_IN_CHANNEL, CALL_IN_ROLE, "to be honest, it rains.",
+                                   "Not a header <|message|> at all."])
 @pytest.mark.parametrize("size", [1, 3, 7])
 def test_streamed_in_pieces_as_read_whole(reply: str, size: int) -> None:
     stream = HarmonyStream("auto", learned())
@@ -134,3 +135,8 @@ def test_muse_glimmers_recipients_are_read_as_gpt_oss_channels_are() -> None:
         pieces = [stream.feed(reply[at:at + 3]) for at in range(0, len(reply), 3)] + [stream.feed("", final=True)]
         assert "".join(piece for _, piece in pieces) == content
     assert reply_form(MUSE_SOURCE) == "muse" and declared_call_format(MUSE_SOURCE) is MUSE_GLIMMER
+
+
+def test_text_that_is_not_in_messages_is_the_answer_as_written() -> None:
+    for text in ("Not a header <|message|> at all.", "to be honest, it rains."):
+        assert split_harmony(text, "auto", learned()) == Split(text, None)
