@@ -28,6 +28,7 @@ class RecipientStream:
         self._state = "recipient"  # recipient: its line; message: after it; plain: not this form
         self._recipient = ""
         self._call = ""
+        self._opened = False  # the message was opened by a >>> in the text (the first one's is the prompt's)
 
     def feed(self, text: str, final: bool = False) -> tuple[str, str]:
         self._buffer += text
@@ -78,8 +79,11 @@ class RecipientStream:
 
     def _close(self, content: list[str]) -> None:
         if self._recipient != "all":
-            content.append(self._call_text())
-        self._state, self._recipient, self._call = "recipient", "", ""
+            if self._call.lstrip().startswith("{"):
+                content.append(self._call_text())
+            else:  # not arguments: a line of the answer that only looked like a recipient, as written
+                content.append((OPENER if self._opened else "") + self._recipient + "\n" + self._call)
+        self._state, self._recipient, self._call, self._opened = "recipient", "", "", True
 
     def _call_text(self) -> str:
         learned = self._call_format

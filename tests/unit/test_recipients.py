@@ -24,6 +24,7 @@ REPLIES = {  # what the model writes after the prompt's >>>: (the content, the c
     'all\nLet me check.>>>get_weather\n{"city": "Paris"}>>>get_weather\n{"city": "Oslo"}': (
         "Let me check.", [("get_weather", '{"city": "Paris"}'), ("get_weather", '{"city": "Oslo"}')]),
     "Just an answer, not in the form.": ("Just an answer, not in the form.", []),
+    "Paris\nis the capital.": ("Paris\nis the capital.", []),  # a first line like a recipient, not a call
 }
 
 
