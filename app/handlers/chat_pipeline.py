@@ -29,6 +29,7 @@ from app.handlers.tools import (
     parse_tool_calls,
     plan_tools,
 )
+from app.handlers.wrappers import WrapperFilter, unwrapped
 from app.protocol.errors import InvalidRequestError
 from app.templating.chat_template import derived_arguments
 
@@ -299,6 +300,7 @@ def finish_choice(ctx: ServerContext, prepared: PreparedChat, index: int, result
     content, calls = split.content, list[ToolCall]()
     if prepared.plan is not None and prepared.parse_calls:
         content, calls = parse_tool_calls(content, prepared.plan)
+    content = unwrapped(content, ctx.reply_wrappers if prepared.parse_calls else ())  # not --skip-chat-parsing
     reason = "tool_calls" if calls and result.finish is not FinishReason.LIMIT else finish_reason(result)
     return ChatChoice(
         index=index,
@@ -339,6 +341,7 @@ def chat_deltas(ctx: ServerContext, prepared: PreparedChat, stream: Iterator[Str
     Prompt-progress events become deltas of their own where the dialect shows them (``progress``)."""
     splitters: dict[int, ReplyStream] = {}
     gates: dict[int, ToolGate] = {}
+    filters: dict[int, WrapperFilter] = {}
     for item in stream:
         index, event = item.index, item.event
         if index not in splitters:
@@ -346,13 +349,14 @@ def chat_deltas(ctx: ServerContext, prepared: PreparedChat, stream: Iterator[Str
                                             ctx.thinking_tags, ctx.call_format)
         splitter = splitters[index]
         gate = gates.setdefault(index, ToolGate(prepared.plan if prepared.parse_calls else None))
+        unwrap = filters.setdefault(index, WrapperFilter(ctx.reply_wrappers if prepared.parse_calls else ()))
         if isinstance(event, TokenChunk):
             if event.progress is not None:
                 if progress:
                     yield ChatDelta(index, extras=chunk_extras(event), progress=True)
                 continue
             reasoning, content = splitter.feed(event.text)
-            yield ChatDelta(index, reasoning, gate.feed(content),
+            yield ChatDelta(index, reasoning, unwrap.feed(gate.feed(content)),
                             logprobs=_logprob_entries(ctx, prepared, event.probs), extras=chunk_extras(event))
             continue
         reasoning, content = splitter.feed("", final=True)
@@ -364,4 +368,5 @@ def chat_deltas(ctx: ServerContext, prepared: PreparedChat, stream: Iterator[Str
             content = released + ("" if choice.tool_calls else held)
         elif gate.buffering:  # held from the start: the parsed answer beside the calls, or the whole reply
             content = choice.content
+        content = unwrap.feed(content, final=True)
         yield ChatDelta(index, reasoning, content, tool_calls=choice.tool_calls, choice=choice)

@@ -21,7 +21,7 @@ from app.templating.call_format import CallFormat
 from app.templating.call_learning import learn_call_format
 from app.templating.chat_template import ChatTemplate, choose_template
 from app.templating.declared_formats import declared_call_format
-from app.templating.dedicated import declared_thinking_tags
+from app.templating.dedicated import declared_thinking_tags, reply_wrappers
 from app.templating.template_caps import (
     THINK,
     ThinkingTags,
@@ -58,6 +58,7 @@ class ServerContext:
     _preserved_tokens: frozenset[int] = frozenset()  # special tokens of the template's markup, found with the caps
     _thinking_tags: ThinkingTags = THINK  # what opens and closes a thought in the template, with the caps
     _reply_form: ReplyForm = "tags"  # how a reply is read (app/handlers/replies.py), found with the caps
+    _reply_wrappers: tuple[str, ...] = ()  # markup around an answer, left out of its content (Kimi K3's)
     _renders_tools: bool = False  # whether the template is given the tools (else a system message describes them)
     _thinks: bool = False  # whether the template thinks (--reasoning auto's enable_thinking)
     _default_grammar: str = ""  # --grammar, or --json-schema's grammar: published with the template
@@ -105,6 +106,7 @@ class ServerContext:
         self._renders_tools = template_renders_tools(template.source, self._call_format)
         self._thinks = supports_thinking(template)
         self._reply_form = reply_form(template.source)
+        self._reply_wrappers = reply_wrappers(template.source)
         self._thinking_tags = declared_thinking_tags(template.source) or thinking_tags(template)
         self._preserved_tokens = template_tokens(self.engine.vocab, (
             *format_markup(template.source, self._call_format), self._thinking_tags.open, self._thinking_tags.close,
@@ -156,6 +158,12 @@ class ServerContext:
         thinking tags (app/handlers/replies.py)."""
         self.chat_template  # noqa: B018 (not ready until the template is published)
         return self._reply_form
+
+    @property
+    def reply_wrappers(self) -> tuple[str, ...]:
+        """The markup around an answer that the content leaves out (app/handlers/wrappers.py)."""
+        self.chat_template  # noqa: B018 (not ready until the template is published)
+        return self._reply_wrappers
 
     @property
     def thinking_tags(self) -> ThinkingTags:

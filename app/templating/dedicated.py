@@ -1,9 +1,9 @@
 """Templates that llama-server gives code of their own (common/chat.cpp's specialized templates, found by their
 text as it finds them): how it shapes their messages before rendering (gpt-oss's and LFM2's read an answer's
 reasoning as ``thinking``; Ministral 3's, and any template llama-server takes for one, Devstral's, take a system
-or assistant message's content as blocks, a thinking block first), and the thinking tags it declares for those
+or assistant message's content as blocks, a thinking block first), the thinking tags it declares for those
 whose tags the template's rendering does not show as a pair (gpt-oss's analysis channel, Gemma 4's thought
-channel)."""
+channel, Kimi K3's think tag), and the markup around an answer it reads past (Kimi K3's response tags)."""
 
 from __future__ import annotations
 
@@ -35,6 +35,19 @@ def is_functionary_v3_2(source: str) -> bool:
     return ">>>all" in source and ">>>${recipient}" in source
 
 
+def is_kimi_k3(source: str) -> bool:
+    """Kimi K3's XTML: <|open|>tag<|sep|> ... <|close|>tag<|sep|>."""
+    return all(marker in source for marker in ("<|open|>", "<|close|>", "<|end_of_msg|>"))
+
+
+def reply_wrappers(source: str) -> tuple[str, ...]:
+    """The markup around an answer that llama-server's parser for the template reads past (Kimi K3's response
+    and message tags): left out of the content."""
+    if is_kimi_k3(source):
+        return ("<|open|>response<|sep|>", "<|close|>response<|sep|>", "<|close|>message<|sep|>", "<|end_of_msg|>")
+    return ()
+
+
 def is_gemma_4(source: str) -> bool:
     return "'<|tool_call>call:'" in source
 
@@ -46,6 +59,8 @@ def declared_thinking_tags(source: str) -> ThinkingTags | None:
         return ThinkingTags("<|channel|>analysis<|message|>", "<|end|>")
     if is_gemma_4(source):
         return ThinkingTags("<|channel>thought", "<channel|>")
+    if is_kimi_k3(source):
+        return ThinkingTags("<|open|>think<|sep|>", "<|close|>think<|sep|>")
     return None
 
 

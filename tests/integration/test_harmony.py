@@ -15,9 +15,9 @@ import requests
 from tests.integration.chats import forced_call, streamed_chat, template_server
 from tests.integration.conftest import Server
 
-GRAMMAR = ('root ::= "<|channel|>analysis<|message|>" [a-z ]{1,12} "<|end|><|start|>assistant<|channel|>final'
-           '<|message|>" [A-Za-z ]{1,12}')
-BODY = {"messages": [{"role": "user", "content": "Is it raining?"}], "grammar": GRAMMAR, "max_tokens": 60,
+GRAMMAR = ('root ::= "<|channel|>analysis<|message|>" "the user asks" "<|end|><|start|>assistant<|channel|>final'
+           '<|message|>" "It rains."')
+BODY = {"messages": [{"role": "user", "content": "Is it raining?"}], "grammar": GRAMMAR, "max_tokens": 100,
         "temperature": 0}
 WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {
     "type": "object", "properties": {"city": {"type": "string", "enum": ["Paris", "Oslo"]}}, "required": ["city"]}}}
@@ -39,8 +39,9 @@ def chat(server: Server, body: dict[str, object]) -> dict[str, object]:
 
 def test_the_analysis_is_the_reasoning_and_the_final_channel_the_answer(server: Server) -> None:
     raw = str(chat(server, {**BODY, "reasoning_format": "none"})["content"])
-    analysis, _, final = raw.partition("<|end|>")  # none: the analysis stays, with its markers, as llama-server
-    assert analysis.startswith("<|channel|>analysis<|message|>") and final and "<|" not in final
+    # none: the analysis stays, with its markers, as llama-server leaves it; the final channel's header does not
+    assert raw == "<|channel|>analysis<|message|>the user asks<|end|>It rains."
+    analysis, _, final = raw.partition("<|end|>")
     message = chat(server, BODY)
     assert message["reasoning_content"] == analysis.removeprefix("<|channel|>analysis<|message|>").strip()
     assert message["content"] == final
@@ -58,9 +59,9 @@ def test_a_forced_call_arrives_as_a_tool_call(server: Server, stream: bool) -> N
     assert name == "get_weather" and json.loads(arguments)["city"] in ("Paris", "Oslo") and not content
 
 
-MUSE_BODY = {"messages": [{"role": "user", "content": "Is it raining?"}], "max_tokens": 60, "temperature": 0,
-             "grammar": 'root ::= " to=self<|message|>" [a-z ]{1,12} "<|eom|><|start|>assistant to=user<|message|>" '
-                        "[A-Za-z ]{1,12}"}
+MUSE_BODY = {"messages": [{"role": "user", "content": "Is it raining?"}], "max_tokens": 100, "temperature": 0,
+             "grammar": 'root ::= " to=self<|message|>" "the user asks" "<|eom|><|start|>assistant to=user<|message|>" '
+                        '"It rains."'}
 
 
 @pytest.fixture(scope="module")
@@ -73,7 +74,7 @@ def test_muse_glimmers_thought_to_self_is_the_reasoning(muse: Server) -> None:
     """Muse Glimmer's messages to self and to the user, read as gpt-oss's channels are; its tools go through its
     template, and a forced call (an ATEM block) arrives as a tool call."""
     message = chat(muse, MUSE_BODY)
-    assert message["reasoning_content"] and message["content"] and "<|" not in str(message["content"])
+    assert (message["reasoning_content"], message["content"]) == ("the user asks", "It rains.")
     reasoning, content = streamed_chat(muse, MUSE_BODY)
     assert (reasoning.strip(), content) == (message["reasoning_content"], message["content"])
     prompt = requests.post(muse.url("/apply-template"), json={"messages": MUSE_BODY["messages"], "tools": [WEATHER]},

@@ -15,8 +15,8 @@ import requests
 from tests.integration.chats import forced_call, streamed_chat, template_server
 from tests.integration.conftest import Server
 
-BODY = {"messages": [{"role": "user", "content": "Is it raining?"}], "grammar": 'root ::= "all\\n" [A-Za-z ]{1,16}',
-        "max_tokens": 30, "temperature": 0}
+BODY = {"messages": [{"role": "user", "content": "Is it raining?"}], "grammar": 'root ::= "all\\n" "It is sunny."',
+        "max_tokens": 40, "temperature": 0}
 WEATHER = {"type": "function", "function": {"name": "get_weather", "description": "The weather", "parameters": {
     "type": "object", "properties": {"city": {"type": "string", "enum": ["Paris", "Oslo"]}}, "required": ["city"]}}}
 
@@ -37,8 +37,8 @@ def test_the_template_renders_the_tools_itself(server: Server) -> None:
 def test_an_answer_to_all_arrives_without_its_recipient(server: Server) -> None:
     raw = requests.post(server.url("/completion"), timeout=120, json={
         "prompt": requests.post(server.url("/apply-template"), json=BODY, timeout=30).json()["prompt"],
-        "grammar": BODY["grammar"], "n_predict": 30, "temperature": 0}).json()["content"]
-    assert raw.startswith("all\n")  # what the model wrote
+        "grammar": BODY["grammar"], "n_predict": 40, "temperature": 0}).json()["content"]
+    assert raw == "all\nIt is sunny."  # what the model wrote
     message = requests.post(server.url("/v1/chat/completions"), json=BODY, timeout=120).json()["choices"][0]["message"]
     assert message["content"] == raw.removeprefix("all\n")
     assert streamed_chat(server, BODY)[1] == message["content"]

@@ -13,11 +13,12 @@ from app.handlers.harmony import MUSE, HarmonyStream
 from app.handlers.reasoning import Split
 from app.handlers.replies import reply_form, split_reply
 from app.handlers.tools import ToolFormat, ToolSpec, parse_tool_calls, plan_tools
+from app.handlers.wrappers import WrapperFilter, unwrapped
 from app.templating.call_format import CallFormat
 from app.templating.call_learning import learn_call_format
 from app.templating.chat_template import ChatTemplate, TemplateChoice
 from app.templating.declared_formats import MUSE_GLIMMER, declared_call_format
-from app.templating.dedicated import declared_thinking_tags, message_shaper
+from app.templating.dedicated import declared_thinking_tags, message_shaper, reply_wrappers
 from app.templating.template_caps import THINK, ThinkingTags
 
 SOURCE = (Path(__file__).resolve().parents[1] / "data" / "templates" / "openai-gpt-oss-120b.jinja").read_text()
@@ -140,3 +141,19 @@ def test_muse_glimmers_recipients_are_read_as_gpt_oss_channels_are() -> None:
 def test_text_that_is_not_in_messages_is_the_answer_as_written() -> None:
     for text in ("Not a header <|message|> at all.", "to be honest, it rains."):
         assert split_harmony(text, "auto", learned()) == Split(text, None)
+
+
+def test_kimi_k3s_thought_and_response_tags_are_left_out_of_the_answer() -> None:
+    """Kimi K3's prompt opens a think tag; the answer after it is wrapped in response and message tags, which
+    llama-server's parser reads past; streamed in pieces as read whole."""
+    source = (Path(__file__).resolve().parents[1] / "data" / "templates" / "Kimi-K3.jinja").read_text()
+    tags, wrappers = declared_thinking_tags(source), reply_wrappers(source)
+    assert tags == ThinkingTags("<|open|>think<|sep|>", "<|close|>think<|sep|>")
+    reply = ("Rain is likely.<|close|>think<|sep|><|open|>response<|sep|>Take an umbrella.<|close|>response<|sep|>"
+             "<|close|>message<|sep|>")
+    split = split_reply("tags", reply, "auto", True, tags, None)
+    assert (split.reasoning, unwrapped(split.content, wrappers)) == ("Rain is likely.", "Take an umbrella.")
+    stream = WrapperFilter(wrappers)
+    pieces = [stream.feed(split.content[at:at + 5]) for at in range(0, len(split.content), 5)]
+    assert "".join(pieces) + stream.feed("", final=True) == "Take an umbrella."
+    assert reply_wrappers(SOURCE) == ()  # gpt-oss's answer has none
