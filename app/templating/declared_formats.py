@@ -1,7 +1,8 @@
 """Tool-call formats that cannot be learned from their templates (app/templating/call_learning.py): the template
 writes no calls in a history (LFM2, Granite 3.3), or writes them in a shape learning refuses (MiniMax M3's
-closing tags repeat the key). What their models write is declared here, found by the template's text as
-llama-server finds its dedicated parsers (common/chat.cpp at the pinned llama.cpp).
+closing tags repeat the key, Functionary v3.2's answers open as its calls do, Muse Glimmer names the function
+twice). What their models write is declared here, found by the template's text as llama-server finds its
+dedicated parsers (common/chat.cpp at the pinned llama.cpp).
 """
 
 from __future__ import annotations
