@@ -203,6 +203,7 @@ class PreparedChat:
     top_logprobs: int | None
     parse_calls: bool = True  # tool calls are parsed out of the text (not with --skip-chat-parsing)
     reply_form: ReplyForm = "tags"  # how the reply is read (app/handlers/replies.py)
+    reply_wrappers: tuple[str, ...] = ()  # markup around the answer left out of its content (app/handlers/wrappers.py)
 
     @property
     def n_prompt(self) -> int:
@@ -265,6 +266,7 @@ def prepare_chat(ctx: ServerContext, body: ChatBody) -> PreparedChat:
         top_logprobs=top,
         parse_calls=not ctx.settings.skip_chat_parsing,
         reply_form="tags" if ctx.settings.skip_chat_parsing else ctx.reply_form,
+        reply_wrappers=() if ctx.settings.skip_chat_parsing else ctx.reply_wrappers,
     )
 
 
@@ -300,7 +302,7 @@ def finish_choice(ctx: ServerContext, prepared: PreparedChat, index: int, result
     content, calls = split.content, list[ToolCall]()
     if prepared.plan is not None and prepared.parse_calls:
         content, calls = parse_tool_calls(content, prepared.plan)
-    content = unwrapped(content, ctx.reply_wrappers if prepared.parse_calls else ())  # not --skip-chat-parsing
+    content = unwrapped(content, prepared.reply_wrappers)
     reason = "tool_calls" if calls and result.finish is not FinishReason.LIMIT else finish_reason(result)
     return ChatChoice(
         index=index,
@@ -349,7 +351,7 @@ def chat_deltas(ctx: ServerContext, prepared: PreparedChat, stream: Iterator[Str
                                             ctx.thinking_tags, ctx.call_format)
         splitter = splitters[index]
         gate = gates.setdefault(index, ToolGate(prepared.plan if prepared.parse_calls else None))
-        unwrap = filters.setdefault(index, WrapperFilter(ctx.reply_wrappers if prepared.parse_calls else ()))
+        unwrap = filters.setdefault(index, WrapperFilter(prepared.reply_wrappers))
         if isinstance(event, TokenChunk):
             if event.progress is not None:
                 if progress:

@@ -158,8 +158,6 @@ class HarmonyStream:
         if self._dialect.body_is_call:
             return self._call.strip()
         name = self._recipient.removeprefix(self._dialect.call_prefix or "")
-        learned = self._call_format
-        if learned is None:
+        if self._call_format is None:
             return f"to={self._recipient}{MESSAGE}{self._call}"
-        return (learned.section_start + learned.call_start + name + learned.name_end + self._call.strip()
-                + learned.call_end + learned.section_end)
+        return self._call_format.written(name, self._call.strip())

@@ -22,6 +22,8 @@ class RecipientStream:
     """The streaming reader: feed text pieces, get ("", content) pieces. A recipient's line and a partial
     ``>>>`` are held until complete, a call's arguments until its message ends."""
 
+    reasoned = False  # no message is a thought in this form
+
     def __init__(self, call_format: CallFormat | None) -> None:
         self._call_format = call_format
         self._buffer = ""
@@ -86,8 +88,6 @@ class RecipientStream:
         self._state, self._recipient, self._call, self._opened = "recipient", "", "", True
 
     def _call_text(self) -> str:
-        learned = self._call_format
-        if learned is None:
+        if self._call_format is None:
             return f"{OPENER}{self._recipient}\n{self._call}"
-        return (learned.section_start + learned.call_start + self._recipient + learned.name_end + self._call.strip()
-                + learned.call_end + learned.section_end)
+        return self._call_format.written(self._recipient, self._call.strip())

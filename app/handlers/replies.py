@@ -32,13 +32,14 @@ def reply_form(template_source: str) -> ReplyForm:
     return "tags"
 
 
+_DIALECTS = {"harmony": HARMONY, "muse": MUSE}
+
+
 def reply_stream(form: ReplyForm, reasoning_format: str, opened: bool, tags: ThinkingTags,
                  call_format: CallFormat | None) -> ReplyStream:
-    if form in ("harmony", "muse"):
-        return HarmonyStream(reasoning_format, call_format, HARMONY if form == "harmony" else MUSE)
-    if form == "recipients":
-        return RecipientStream(call_format)
-    return ReasoningStream(reasoning_format, opened, tags)
+    if form == "tags":
+        return ReasoningStream(reasoning_format, opened, tags)
+    return _message_reader(form, reasoning_format, call_format)
 
 
 def split_reply(form: ReplyForm, text: str, reasoning_format: str, opened: bool, tags: ThinkingTags,
@@ -46,13 +47,20 @@ def split_reply(form: ReplyForm, text: str, reasoning_format: str, opened: bool,
     """The whole reply at once."""
     if form == "tags":
         return split_reasoning(text, reasoning_format, opened, tags)
-    if form == "recipients":
-        return Split(RecipientStream(call_format).feed(text, final=True)[1], None)
-    reader = HarmonyStream(reasoning_format, call_format, HARMONY if form == "harmony" else MUSE)
+    reader = _message_reader(form, reasoning_format, call_format)
     reasoning, content = reader.feed(text, final=True)
     return Split(content, reasoning.strip() if reader.reasoned else None)
 
 
+def _message_reader(form: ReplyForm, reasoning_format: str,
+                    call_format: CallFormat | None) -> HarmonyStream | RecipientStream:
+    """The reader of a form whose replies are messages (all but ``tags``)."""
+    if form == "recipients":
+        return RecipientStream(call_format)
+    return HarmonyStream(reasoning_format, call_format, _DIALECTS[form])
+
+
 def reply_markup(form: ReplyForm) -> tuple[str, ...]:
     """The special tokens a reader of this form needs in the text (preserved), besides the call format's."""
-    return HARMONY.markup if form == "harmony" else MUSE.markup if form == "muse" else ()
+    dialect = _DIALECTS.get(form)
+    return dialect.markup if dialect is not None else ()

@@ -125,6 +125,11 @@ class CallFormat:
                   self.pair_separator, self.typed_key_end, self.typed_value_end)
         return tuple(piece for piece in pieces if piece)
 
+    def written(self, name: str, arguments: str) -> str:
+        """One call as the format writes it, its arguments given as written (what ``parse`` reads back)."""
+        return (self.section_start + self.call_start + name + self.name_end + arguments + self.call_end
+                + self.section_end)
+
     def value_closing(self, key: str) -> str:
         """What closes a tagged value of ``key``."""
         return self.value_end + (key + self.key_closes_value if self.key_closes_value is not None else "")

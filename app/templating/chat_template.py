@@ -68,11 +68,7 @@ def date_context() -> dict[str, str]:
 def _tojson(value: Any, indent: int | None = None, **_: Any) -> str:
     """JSON of a value; an undefined one is null, as llama.cpp's Jinja writes it (Muse Glimmer's template writes a
     tool's ``description``, which a request may leave out)."""
-    return json.dumps(_defined(value), ensure_ascii=False, indent=indent, default=_undefined_as_null)
-
-
-def _defined(value: Any) -> Any:
-    return None if isinstance(value, jinja2.Undefined) else value
+    return json.dumps(value, ensure_ascii=False, indent=indent, default=_undefined_as_null)
 
 
 def _undefined_as_null(value: Any) -> None:

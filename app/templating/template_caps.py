@@ -74,8 +74,25 @@ def common_suffix(left: str, right: str) -> int:
     return common_prefix(left[::-1], right[::-1])
 
 
-_TWO_MARKERS = re.compile(r"^(<[^<>\s]+>|\[[^\[\]\s]+\])\s*(<[^<>\s]+>|\[[^\[\]\s]+\])$")
+_MARKER = r"<[^<>\s]+>|\[[^\[\]\s]+\]"  # a tag: <...> or [...], no blanks inside
+_TWO_MARKERS = re.compile(rf"^({_MARKER})\s*({_MARKER})$")
 _TAIL = 64
+
+
+_ANSWER = "probe answer text"
+
+
+def _thinking_probes(template: Renders) -> tuple[str, str, str] | None:
+    """What llama.cpp's analysis of thinking renders: an answer after a thought (thinking on), and the
+    generation prompt with thinking off and on; None where the template refuses them."""
+    try:
+        shown = template.render([USER, {"role": "assistant", "content": _ANSWER, "reasoning_content": THOUGHT}],
+                                False, None, {"enable_thinking": True})
+        off = template.render([USER], True, None, {"enable_thinking": False})
+        on = template.render([USER], True, None, {"enable_thinking": True})
+    except InvalidRequestError:
+        return None
+    return shown, off, on
 
 
 def supports_thinking(template: Renders) -> bool:
@@ -83,16 +100,11 @@ def supports_thinking(template: Renders) -> bool:
     gives only such a template ``enable_thinking``): an answer's reasoning shows with a marker between it and
     the answer, or ``enable_thinking`` changes the end of the generation prompt (opens or closes a think
     block), or appends two markers to it."""
-    thought = THOUGHT
-    answer = {"role": "assistant", "content": "probe answer text"}
-    try:
-        shown = template.render([USER, {**answer, "reasoning_content": thought}], False, None,
-                                {"enable_thinking": True})
-        off = template.render([USER], True, None, {"enable_thinking": False})
-        on = template.render([USER], True, None, {"enable_thinking": True})
-    except InvalidRequestError:
+    probes = _thinking_probes(template)
+    if probes is None:
         return False
-    if thought in shown and not shown.split(thought, 1)[1].lstrip().startswith(str(answer["content"])):
+    shown, off, on = probes
+    if THOUGHT in shown and not shown.split(THOUGHT, 1)[1].lstrip().startswith(_ANSWER):
         return True
     if off == on:
         return False
@@ -100,11 +112,7 @@ def supports_thinking(template: Renders) -> bool:
     off_rest, on_rest = off[head:], on[head:]
     if not off_rest[len(off_rest) - common_suffix(off_rest, on_rest):].strip():  # what differs ends the prompt
         return True
-    return any(_appends_two_markers(base, extended) for base, extended in ((on, off), (off, on)))
-
-
-def _appends_two_markers(base: str, extended: str) -> bool:
-    return _two_markers_appended(base, extended) is not None
+    return any(_two_markers_appended(base, extended) is not None for base, extended in ((on, off), (off, on)))
 
 
 def _two_markers_appended(base: str, extended: str) -> re.Match[str] | None:
@@ -125,7 +133,6 @@ class ThinkingTags:
 
 
 THINK = ThinkingTags()  # llama.cpp's default: <think> and </think>
-_MARKER = r"<[^<>\s]+>|\[[^\[\]\s]+\]"
 _AROUND_THOUGHT = re.compile(rf"({_MARKER})\s*{THOUGHT}\s*({_MARKER})")
 
 
@@ -134,13 +141,10 @@ def thinking_tags(template: Renders) -> ThinkingTags:
     in its rendering (Seed-OSS's ``<seed:think>``, MiniMax M3's ``<mm:think>``), else the two markers that
     ``enable_thinking`` adds to the prompt's end (Command R7B's empty ``<|START_THINKING|><|END_THINKING|>``);
     ``<think>`` and ``</think>`` where the template shows neither (or no pair of tags: ``_pair``)."""
-    try:
-        shown = template.render([USER, {"role": "assistant", "content": "probe answer text", "reasoning_content":
-                                        THOUGHT}], False, None, {"enable_thinking": True})
-        off = template.render([USER], True, None, {"enable_thinking": False})
-        on = template.render([USER], True, None, {"enable_thinking": True})
-    except InvalidRequestError:
+    probes = _thinking_probes(template)
+    if probes is None:
         return THINK
+    shown, off, on = probes
     found = [_AROUND_THOUGHT.search(shown), *(_two_markers_appended(base, extended)
                                               for base, extended in ((on, off), (off, on)))]
     return next((ThinkingTags(tags[1], tags[2]) for tags in found if tags is not None and _pair(tags[1], tags[2])),
