@@ -30,11 +30,15 @@ class FimVocabulary(FakeVocabulary):
         return {"fim_pre": 3, "fim_suf": 4, "fim_mid": MARK}
 
 
-def make_application(*args: str, reply: str = JAPANESE) -> Application:
-    """The app on the fake backend (answering ``reply``), loaded; ``args`` are extra flags."""
+def make_application(*args: str, reply: str = JAPANESE, made: list[FakeBackend] | None = None) -> Application:
+    """The app on the fake backend (answering ``reply``), loaded; ``args`` are extra flags; ``made`` gets the
+    backend (to slow its decodes, say)."""
     def make(config: Any) -> Backend:
-        return FakeBackend(reply_for=lambda prompt: reply, n_seq=config.n_seq,
-                           n_ctx_seq=N_CTX_SEQ, n_batch=512, vocab=FimVocabulary(), poison=encode(POISON)[0])
+        backend = FakeBackend(reply_for=lambda prompt: reply, n_seq=config.n_seq,
+                              n_ctx_seq=N_CTX_SEQ, n_batch=512, vocab=FimVocabulary(), poison=encode(POISON)[0])
+        if made is not None:
+            made.append(backend)
+        return backend
 
     failures: list[BaseException] = []
     settings = parse_settings(["-np", "2", "-b", "512", "--chat-template", TEMPLATE, *args], {})

@@ -24,7 +24,7 @@ from app.handlers.generation import ping_interval, stream_reply
 from app.handlers.media import SOURCE_FIELD
 from app.handlers.params import ChatBody, validate_body
 from app.handlers.shapes import random_id
-from app.protocol.api import ApiReply, ApiRequest, SseEvent
+from app.protocol.api import ApiReply, ApiRequest, Idle, SseEvent
 from app.protocol.errors import InvalidRequestError
 
 DEFAULT_MAX_TOKENS = 4096
@@ -244,8 +244,8 @@ def _stream_error(error: dict[str, Any]) -> SseEvent:
     return SseEvent(error, event="error")
 
 
-def _stream(ctx: ServerContext, prepared: PreparedChat, deltas: Iterator[ChatDelta],
-            message_id: str) -> Iterator[SseEvent]:
+def _stream(ctx: ServerContext, prepared: PreparedChat, deltas: Iterator[ChatDelta | Idle],
+            message_id: str) -> Iterator[SseEvent | Idle]:
     def event(kind: str, **data: Any) -> SseEvent:
         return SseEvent({"type": kind, **data}, event=kind)
 
@@ -273,6 +273,9 @@ def _stream(ctx: ServerContext, prepared: PreparedChat, deltas: Iterator[ChatDel
         yield event("content_block_start", index=block, content_block=start)
 
     for delta in deltas:
+        if isinstance(delta, Idle):
+            yield delta
+            continue
         if delta.reasoning:
             if open_kind != "thinking":
                 yield from open_block("thinking", {"type": "thinking", "thinking": "", "signature": ""})

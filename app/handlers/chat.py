@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict
 
 from app.handlers.chat_pipeline import (
     ChatChoice,
+    ChatDelta,
     chat_deltas,
     chat_prompt_tokens,
     prepare_chat,
@@ -30,7 +31,7 @@ from app.handlers.shapes import (
     usage_body,
     verbose_answer,
 )
-from app.protocol.api import ApiReply, ApiRequest, SseEvent
+from app.protocol.api import ApiReply, ApiRequest, Idle, SseEvent
 from app.protocol.errors import InvalidRequestError
 
 
@@ -104,8 +105,8 @@ def post_chat_completions(ctx: ServerContext, request: ApiRequest) -> ApiReply:
 
 
 def _chat_stream(
-    ctx: ServerContext, deltas: Iterator[Any], copies: int, response_id: str, include_usage: bool
-) -> Iterator[SseEvent]:
+    ctx: ServerContext, deltas: Iterator[ChatDelta | Idle], copies: int, response_id: str, include_usage: bool
+) -> Iterator[SseEvent | Idle]:
     def chunk(choices: list[dict[str, Any]]) -> dict[str, Any]:
         body = openai_envelope(ctx, "chat.completion.chunk", response_id)
         body["choices"] = choices
@@ -114,6 +115,9 @@ def _chat_stream(
     finished: list[ChatChoice] = []
     started: set[int] = set()
     for delta in deltas:
+        if isinstance(delta, Idle):
+            yield delta
+            continue
         index = delta.index
         if delta.progress:  # as llama-server: the opening delta, with prompt_progress
             yield SseEvent(chunk([{"finish_reason": None, "index": index,

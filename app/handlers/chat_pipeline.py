@@ -30,6 +30,7 @@ from app.handlers.tools import (
     plan_tools,
 )
 from app.handlers.wrappers import WrapperFilter, unwrapped
+from app.protocol.api import Idle
 from app.protocol.errors import InvalidRequestError
 from app.templating.chat_template import derived_arguments
 
@@ -337,14 +338,17 @@ def submit_chat(ctx: ServerContext, prepared: PreparedChat) -> JobGroup:
     return JobGroup(ctx.engine, [prepared.request], prepared.copies)
 
 
-def chat_deltas(ctx: ServerContext, prepared: PreparedChat, stream: Iterator[Streamed],
-                progress: bool = False) -> Iterator[ChatDelta]:
+def chat_deltas(ctx: ServerContext, prepared: PreparedChat, stream: Iterator[Streamed | Idle],
+                progress: bool = False) -> Iterator[ChatDelta | Idle]:
     """A chat's stream as reasoning and content pieces as they come; tool calls once complete.
     Prompt-progress events become deltas of their own where the dialect shows them (``progress``)."""
     splitters: dict[int, ReplyStream] = {}
     gates: dict[int, ToolGate] = {}
     filters: dict[int, WrapperFilter] = {}
     for item in stream:
+        if isinstance(item, Idle):
+            yield item
+            continue
         index, event = item.index, item.event
         if index not in splitters:
             splitters[index] = reply_stream(prepared.reply_form, prepared.reasoning_format, prepared.opened_thinking,

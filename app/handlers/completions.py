@@ -28,7 +28,7 @@ from app.handlers.shapes import (
     usage_body,
     verbose_answer,
 )
-from app.protocol.api import ApiReply, ApiRequest, SseEvent
+from app.protocol.api import ApiReply, ApiRequest, Idle, SseEvent
 from app.protocol.errors import InvalidRequestError
 
 
@@ -108,9 +108,12 @@ def post_completion(ctx: ServerContext, request: ApiRequest) -> ApiReply:
 
 
 def native_stream(
-    ctx: ServerContext, stream: Iterator[Streamed], requests: list[GenerationRequest], copies: int
-) -> Iterator[SseEvent]:
+    ctx: ServerContext, stream: Iterator[Streamed | Idle], requests: list[GenerationRequest], copies: int
+) -> Iterator[SseEvent | Idle]:
     for item in stream:
+        if isinstance(item, Idle):
+            yield item
+            continue
         event = item.event
         job_request = requests[item.index // copies]
         if isinstance(event, TokenChunk):
@@ -147,7 +150,8 @@ def post_openai_completions(ctx: ServerContext, request: ApiRequest) -> ApiReply
     response_id = random_id("chatcmpl-")
     if body.stream:
         return stream_reply(group, request.should_stop, lambda stream: _openai_stream(
-            ctx, stream, group.size, requests, copies, response_id, body.include_usage()))
+            ctx, stream, group.size, requests, copies, response_id, body.include_usage()),
+            ping_seconds=ping_interval(ctx.settings.sse_ping_interval, body.sse_ping_interval))
     results = group.results(request.should_stop)
     reply = openai_envelope(ctx, "text_completion", response_id)
     reply["choices"] = [
@@ -168,15 +172,18 @@ def post_openai_completions(ctx: ServerContext, request: ApiRequest) -> ApiReply
 
 def _openai_stream(
     ctx: ServerContext,
-    stream: Iterator[Streamed],
+    stream: Iterator[Streamed | Idle],
     size: int,
     requests: list[GenerationRequest],
     copies: int,
     response_id: str,
     include_usage: bool,
-) -> Iterator[SseEvent]:
+) -> Iterator[SseEvent | Idle]:
     results: dict[int, Completion] = {}
     for item in stream:
+        if isinstance(item, Idle):
+            yield item
+            continue
         event = item.event
         chunk = openai_envelope(ctx, "text_completion", response_id)
         if isinstance(event, TokenChunk):

@@ -24,7 +24,7 @@ from app.handlers.generation import ping_interval, stream_reply
 from app.handlers.media import SOURCE_FIELD
 from app.handlers.params import ChatBody, validate_body
 from app.handlers.shapes import random_id, timings_body
-from app.protocol.api import ApiReply, ApiRequest, SseEvent
+from app.protocol.api import ApiReply, ApiRequest, Idle, SseEvent
 from app.protocol.errors import InvalidRequestError
 
 
@@ -305,8 +305,8 @@ def _tool_call_events(event: Callable[..., SseEvent], final: ChatChoice, next_in
         yield event("response.output_item.done", output_index=index, item=_call_item(call, call.arguments, "completed"))
 
 
-def _stream(ctx: ServerContext, body: ResponsesBody, prepared: Any, deltas: Iterator[ChatDelta], ids: _Ids,
-             created: int) -> Iterator[SseEvent]:
+def _stream(ctx: ServerContext, body: ResponsesBody, prepared: Any, deltas: Iterator[ChatDelta | Idle], ids: _Ids,
+             created: int) -> Iterator[SseEvent | Idle]:
     sequence = 0
 
     def event(kind: str, **data: Any) -> SseEvent:
@@ -323,6 +323,9 @@ def _stream(ctx: ServerContext, body: ResponsesBody, prepared: Any, deltas: Iter
     next_index = 0
     final: ChatChoice | None = None
     for delta in deltas:
+        if isinstance(delta, Idle):
+            yield delta
+            continue
         if delta.reasoning:
             if reasoning_index is None:
                 reasoning_index, next_index = next_index, next_index + 1

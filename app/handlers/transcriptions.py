@@ -15,7 +15,7 @@ from app.handlers.chat_pipeline import ChatDelta, chat_deltas, prepare_chat, run
 from app.handlers.context import ServerContext
 from app.handlers.generation import ping_interval, stream_reply
 from app.handlers.params import ChatBody, validate_body
-from app.protocol.api import ApiReply, ApiRequest, SseEvent
+from app.protocol.api import ApiReply, ApiRequest, Idle, SseEvent
 from app.protocol.errors import InvalidRequestError, NotSupportedError
 
 DEFAULT_PROMPT = "Transcribe audio to text"  # llama-server's
@@ -74,9 +74,12 @@ def _done(text: str, n_prompt: int, timings: Any) -> dict[str, Any]:
         "input_tokens_details": {"cached_tokens": timings.cache_n}}}
 
 
-def _stream(deltas: Iterator[ChatDelta], n_prompt: int) -> Iterator[SseEvent]:
+def _stream(deltas: Iterator[ChatDelta | Idle], n_prompt: int) -> Iterator[SseEvent | Idle]:
     text = ""
     for delta in deltas:
+        if isinstance(delta, Idle):
+            yield delta
+            continue
         if delta.content:
             text += delta.content
             yield SseEvent({"type": "transcript.text.delta", "delta": delta.content})

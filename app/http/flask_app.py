@@ -109,7 +109,7 @@ def _teed(reply: ApiReply, session: StreamSession, client_gone: Callable[[], boo
     """Write the stream into its session on a thread of its own, which runs to the stream's end
     whether or not the client stays; the client reads the session from its start."""
     assert reply.stream is not None
-    events = sse_body(reply.stream, reply.stream_error, reply.ping_seconds)
+    events = sse_body(reply.stream, reply.stream_error, reply.heartbeat)
 
     def produce() -> None:
         try:

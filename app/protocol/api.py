@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import logging
+import math
+import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -99,6 +101,40 @@ class SseEvent:
     event: str | None = None
 
 
+class Idle:
+    """A stream's silence: nothing written for its ping interval (llama-server's ``sse_ping_interval``). It
+    passes through a stream's every layer as it is, from where the engine's events are awaited
+    (app/handlers/generation.py) to the writer, which sends an SSE comment (":") for it, so that proxies and
+    clients that time out idle connections keep the stream. The request thread pulls the events itself."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "IDLE"
+
+
+IDLE = Idle()
+
+
+class Heartbeat:
+    """When a stream last wrote, and so when an IDLE is due: the writer beats at each write
+    (app/http/render.py); where the events are awaited an IDLE is passed on once ``seconds`` have gone by
+    without a beat, whether events came meanwhile or not (a tool call held back until it is whole writes
+    nothing), and beats for it (so a reader that writes no pings, gRPC's, gets one IDLE an interval). One
+    thread, the request's, does both. ``seconds`` 0 or less: never."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self._last = time.monotonic()
+
+    def beat(self) -> None:
+        self._last = time.monotonic()
+
+    def due_at(self) -> float:
+        """The monotonic time an IDLE is due at (infinity when pings are off)."""
+        return self._last + self.seconds if self.seconds > 0 else math.inf
+
+
 @dataclass(frozen=True)
 class ApiReply:
     status: int = 200
@@ -106,13 +142,11 @@ class ApiReply:
     text: str | None = None
     content_type: str | None = None
     headers: Mapping[str, str] = field(default_factory=dict)
-    stream: Iterator[SseEvent] | None = None
+    stream: Iterator[SseEvent | Idle] | None = None
     # How an error in the middle of the stream is sent, from its error object; by default
     # ``data: {"error": {...}}``. (Anthropic streams send ``event: error`` with the bare object.)
     stream_error: Callable[[dict[str, Any]], SseEvent] | None = None
-    # An SSE comment (":") after this many seconds without an event, so that proxies and clients
-    # that time out idle connections keep the stream (llama-server's sse_ping_interval); 0: none.
-    ping_seconds: float = 0.0
+    heartbeat: Heartbeat | None = None  # the stream's, which its writer marks (its IDLEs come from it)
     # Server-sent events already written out (a replay of a resumable stream, app/protocol/stream_sessions.py).
     raw_stream: Iterator[bytes] | None = None
 

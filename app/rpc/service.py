@@ -16,7 +16,7 @@ from typing import Any, NoReturn
 import grpc
 from google.protobuf import json_format, struct_pb2
 
-from app.protocol.api import ApiReply, ApiRequest, Route
+from app.protocol.api import ApiReply, ApiRequest, Idle, Route
 from app.protocol.errors import AuthenticationError, UnavailableError, error_body
 from app.protocol.keys import key_is_valid, presented_key
 from app.rpc.descriptors import CHAT_PATH, METHODS, PREDICT, SERVICE_NAME, Method
@@ -128,7 +128,7 @@ class LlamaService:
         failure: tuple[int, Any] | None = None
         try:
             for event in reply.stream:
-                if not isinstance(event.data, dict):
+                if isinstance(event, Idle) or not isinstance(event.data, dict):  # pings are HTTP's
                     continue
                 if set(event.data) == {"error"} and isinstance(event.data["error"], dict):
                     failure = int(event.data["error"].get("code", 500)), event.data

@@ -1,9 +1,11 @@
 """llama-server's streaming fields on the real model: return_progress reports a long prompt in
-the batches it is decoded in, and timings_per_token puts the timings on every chunk."""
+the batches it is decoded in, timings_per_token puts the timings on every chunk, and sse_ping_interval
+pings a stream that another prompt's decode holds up."""
 
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -60,3 +62,34 @@ def test_progress_events_carry_the_timings_with_timings_per_token(small_batches:
                for event in progress)
     elapsed = [event["timings"]["prompt_ms"] for event in progress]
     assert elapsed == sorted(elapsed)
+
+
+@pytest.fixture(scope="module")
+def two_slots(server_dir: Path) -> Iterator[Server]:
+    server = start(server_dir, ["-np", "2", "-c", "8192"])
+    yield server
+    assert server.stop() == 0, server.log()
+
+
+def test_a_stream_stalled_by_another_prompt_is_pinged(two_slots: Server) -> None:
+    """sse_ping_interval 1: while another request's ~2,000-token prompt is decoded (one step of it, seconds on
+    a CPU), a running stream gets no token; it gets an SSE comment instead, and its tokens go on after it."""
+    stalling = threading.Thread(target=lambda: requests.post(two_slots.url("/completion"), json={
+        "prompt": "The quick brown fox jumps over the lazy dog. " * 200, "n_predict": 1, "cache_prompt": False},
+        timeout=300))
+    lines: list[str] = []
+    with requests.post(two_slots.url("/completion"), stream=True, timeout=300, json={
+            "prompt": "Once upon a time", "n_predict": 400, "ignore_eos": True, "stream": True,
+            "sse_ping_interval": 1}) as reply:
+        assert reply.status_code == 200
+        for line in reply.iter_lines(decode_unicode=True):
+            if not line:
+                continue
+            lines.append(line)
+            if len(lines) == 1:  # the stream has started: now the long prompt
+                stalling.start()
+            if ":" in lines and line.startswith("data: "):  # a token after the ping
+                break
+    stalling.join(300)
+    assert lines[0].startswith("data: ") and ":" in lines, lines[:5]
+    assert lines[-1].startswith("data: ") and not json.loads(lines[-1][6:])["stop"]  # the stream went on

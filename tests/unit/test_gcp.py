@@ -199,7 +199,7 @@ def test_one_streaming_instance_is_answered_with_the_stream(pool: ThreadPoolExec
 
     route = predict_route([Route("POST", "/completion", "completion", guard(streams))], pool)
     reply = call(route, {"instances": [{"@requestFormat": "completion", "stream": True}]})
-    assert reply.stream is not None and [event.data for event in reply.stream] == [{"x": 1}]
+    assert reply.stream is not None and list(reply.stream) == [SseEvent({"x": 1})]
     many = call(route, {"instances": [{"@requestFormat": "completion"}] * 2, "parameters": {"stream": True}})
     assert many.status == 400 and "exactly one instance" in many.body["error"]["message"]
 

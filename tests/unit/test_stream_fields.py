@@ -5,16 +5,19 @@ stream is silent), on the in-process app (fake backend) and on the SSE writer it
 from __future__ import annotations
 
 import json
+import math
+import threading
 import time
-from collections.abc import Generator, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from flask.testing import FlaskClient
 
-from app.http.render import PING, sse_body, with_pings
-from app.protocol.api import SseEvent
-from tests.inprocess import JAPANESE, PROMPT
+from app.http.render import PING, sse_body
+from app.protocol.api import IDLE, Heartbeat, SseEvent
+from tests.fakes import FakeBackend
+from tests.inprocess import JAPANESE, PROMPT, make_application
 
 
 def events(raw: str) -> list[dict[str, Any]]:
@@ -69,47 +72,100 @@ def test_without_streaming_return_progress_changes_nothing(client: FlaskClient) 
     assert body is not None and "prompt_progress" not in body and body["tokens_predicted"] == 3
 
 
-def slow(gap: float) -> Iterator[SseEvent]:
-    yield SseEvent({"n": 1})
-    time.sleep(gap)
-    yield SseEvent({"n": 2})
+def test_an_idle_is_written_as_a_comment_and_beats_the_heartbeat() -> None:
+    heartbeat = Heartbeat(60)
+    before = heartbeat.due_at()
+    time.sleep(0.01)
+    written = list(sse_body(iter([SseEvent({"n": 1}), IDLE, SseEvent({"n": 2})]), heartbeat=heartbeat))
+    assert written == ['data: {"n":1}\n\n', PING, 'data: {"n":2}\n\n']
+    assert heartbeat.due_at() > before
+    assert Heartbeat(0).due_at() == math.inf  # pings off
 
 
-def test_a_silent_stream_is_pinged_and_keeps_its_events() -> None:
-    written = list(sse_body(slow(0.5), ping_seconds=0.1))
-    assert written[0] == 'data: {"n":1}\n\n' and written[-1] == 'data: {"n":2}\n\n'
-    assert PING in written[1:-1] and set(written[1:-1]) == {PING}
-    assert PING not in sse_body(slow(0.3), ping_seconds=0)  # no pings when off
-
-
-def test_an_error_in_a_pinged_stream_is_the_streams_error_event() -> None:
+def test_an_error_in_a_stream_is_the_streams_error_event() -> None:
     def failing() -> Iterator[SseEvent]:
         yield SseEvent({"n": 1})
         raise ValueError("broken")
 
-    written = list(sse_body(failing(), ping_seconds=5))
+    written = list(sse_body(failing()))
     assert written[0] == 'data: {"n":1}\n\n' and '"error"' in written[-1] and "broken" in written[-1]
 
 
-def test_closing_a_pinged_stream_closes_its_source() -> None:
+def test_closing_a_stream_closes_its_source() -> None:
     closed: list[bool] = []
 
     def endless() -> Iterator[SseEvent]:
         try:
             while True:
                 yield SseEvent({})
-                time.sleep(0.01)
         finally:
             closed.append(True)
 
-    reader = with_pings(endless(), 1.0)
-    assert isinstance(reader, Generator)
-    next(reader)
-    reader.close()
-    deadline = time.monotonic() + 10
-    while not closed and time.monotonic() < deadline:
-        time.sleep(0.01)
+    writer = sse_body(endless())
+    next(writer)
+    writer.close()
     assert closed == [True]
+
+
+STREAMS = {  # every streaming route of the fake model's app, each for two tokens
+    "/completion": {"prompt": PROMPT, "n_predict": 2},
+    "/v1/completions": {"prompt": PROMPT, "max_tokens": 2},
+    "/v1/chat/completions": {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2},
+    "/v1/responses": {"input": "Hi", "max_output_tokens": 2},
+    "/v1/messages": {"model": "m", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2},
+    "/infill": {"input_prefix": "a", "input_suffix": "b", "n_predict": 2},
+}
+
+
+def test_every_streaming_route_pings_while_its_stream_is_silent() -> None:
+    """--sse-ping-interval 1 and a decode step of 1.3 s: between a stream's first token and its second,
+    each route writes an SSE comment (the engine's silence passes through every route's renderer)."""
+    made: list[FakeBackend] = []
+    application = make_application("-np", "8", "--sse-ping-interval", "1", reply="Hello there", made=made)
+    try:
+        made[0].decode_seconds = 1.3
+        bodies: dict[str, str] = {}
+
+        def call(path: str) -> None:
+            bodies[path] = application.flask.test_client().post(
+                path, json={**STREAMS[path], "stream": True}).get_data(as_text=True)
+
+        threads = [threading.Thread(target=call, args=(path,)) for path in STREAMS]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+        for path, raw in bodies.items():
+            first_data, last_data = raw.index("data: "), raw.rindex("data: ")
+            assert PING in raw[first_data:last_data], (path, raw)
+            assert not raw.startswith(PING), path  # none before the answer starts
+        assert set(bodies) == set(STREAMS)
+    finally:
+        application.shutdown()
+
+
+def test_a_call_held_back_while_tokens_come_is_pinged() -> None:
+    """Tokens keep coming but a chat writes nothing while they may be a tool call (held until whole): the
+    silence is the writer's, so the stream is pinged all the same; without pings it is not."""
+    call = '[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "Paris, France, Europe"}}]'
+    template = "{% if tools %}[tools]{% endif %}{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}"
+    made: list[FakeBackend] = []
+    application = make_application("--jinja", "--chat-template", template + "{# [TOOL_CALLS] #}<assistant>",
+                                   "--sse-ping-interval", "1", reply=call, made=made)
+    try:
+        made[0].decode_seconds = 0.03  # a token each 30 ms: about 2.5 s of a call
+        tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {
+            "type": "object", "properties": {"city": {"type": "string"}}}}}]
+        for interval, pinged in ((1, True), (0, False)):
+            raw = application.flask.test_client().post("/v1/chat/completions", json={
+                "messages": [{"role": "user", "content": "Weather?"}], "stream": True, "max_tokens": 200,
+                "tools": tools, "sse_ping_interval": interval}).get_data(as_text=True)
+            assert (PING in raw) is pinged, raw
+            chunks = events(raw)
+            assert [call["function"]["name"] for chunk in chunks if chunk["choices"]
+                    for call in chunk["choices"][0]["delta"].get("tool_calls") or []] == ["get_weather"]
+    finally:
+        application.shutdown()
 
 
 def test_responses_stream_events_carry_the_timings(client: FlaskClient) -> None:

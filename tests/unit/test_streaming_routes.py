@@ -198,36 +198,3 @@ def test_every_sampling_field_a_request_sets_reaches_the_job(client: FlaskClient
                                                                                0.99]
 
 
-def test_stream_pullers_are_reused_and_never_fewer_than_the_streams_running() -> None:
-    """The threads that pull streams' events (app/http/render.py): a stream that starts after another ended
-    takes the same thread; streams running together each have one (none waits for another to end)."""
-    import threading
-    import time
-
-    from app.http.render import DaemonThreads
-
-    pool = DaemonThreads("test-pullers")
-    threads: list[int] = []
-    for _ in range(2):
-        done = threading.Event()
-
-        def note(done: threading.Event = done) -> None:
-            threads.append(threading.get_ident())
-            done.set()
-
-        pool.run(note)
-        assert done.wait(5)
-        while pool.idle == 0:  # the thread counts itself idle just after its task
-            time.sleep(0.001)
-    assert threads[0] == threads[1]
-    release = threading.Event()
-    started = [threading.Event() for _ in range(3)]
-    for event in started:
-
-        def block(event: threading.Event = event) -> None:
-            event.set()
-            release.wait(5)
-
-        pool.run(block)
-    assert all(event.wait(5) for event in started)  # three blocked tasks at once: three threads
-    release.set()
