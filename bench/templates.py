@@ -2,7 +2,8 @@
 this server, side by side: ``/apply-template`` of llama-server (built by bench/llama_server.py) started with
 ``--jinja --chat-template-file`` for each, against this server's own route (in process, on the real embedded
 model: its BOS and EOS tokens are the template's), for a plain chat with a system message, one user message,
-a request with a tool, and a history with an answer's reasoning. Prints one line a template (``.`` the same
+a request with a tool, a history with an answer's reasoning, a history with a tool call and its result, and a
+developer message. Prints one line a template (``.`` the same
 prompt, ``X`` another; the format this server reads the template's tool calls in), the first lines that differ
 with ``-v``, and how many templates render each case as llama-server.
 
@@ -41,7 +42,15 @@ CASES: dict[str, dict[str, Any]] = {
     "thought": {"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello.",
                                                                  "reasoning_content": "A greeting."},
                              {"role": "user", "content": "Name a colour."}]},
+    "calls": {"messages": [{"role": "user", "content": "Weather in Paris?"},
+                           {"role": "assistant", "content": None, "tool_calls": [{
+                               "id": "call_1", "type": "function", "function": {
+                                   "name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}]},
+                           {"role": "tool", "tool_call_id": "call_1", "content": "18 C, sunny"}]},
+    "developer": {"messages": [{"role": "developer", "content": "Answer in French."},
+                               {"role": "user", "content": "Hi"}]},
 }
+CASES["calls"]["tools"] = CASES["tools"]["tools"]
 
 
 def _free_port() -> int:

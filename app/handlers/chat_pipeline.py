@@ -33,6 +33,7 @@ from app.handlers.wrappers import WrapperFilter, unwrapped
 from app.protocol.api import Idle
 from app.protocol.errors import InvalidRequestError
 from app.templating.chat_template import derived_arguments
+from app.templating.workarounds import jinja_workarounds, merged_system_message
 
 
 def _part_media(ctx: ServerContext, part: ContentPart, field: str) -> MediaItem | None:
@@ -107,7 +108,10 @@ def render_prompt(ctx: ServerContext, body: ChatBody, plan: ToolPlan | None = No
     template = ctx.chat_template
     renders_tools = ctx.renders_tools
     collected = media if media is not None else []
-    messages = messages_for_template(template_messages(ctx, body, collected), plan, renders_tools)
+    messages = messages_for_template(template_messages(ctx, body, collected), plan, renders_tools,
+                                     ctx.chat_template_caps.get("supports_object_arguments", True))
+    if template.choice.jinja_source is not None:
+        messages = jinja_workarounds(template.source, messages)
     if not ctx.chat_template_caps.get("supports_system_role", True):
         messages = merged_system_message(messages)
     tools = [tool.model_dump(exclude_none=True) for tool in plan.tools] if plan and renders_tools else None
@@ -119,17 +123,6 @@ def render_prompt(ctx: ServerContext, body: ChatBody, plan: ToolPlan | None = No
         head = template.render(messages[:-1], True, tools, kwargs)
         return head + str(messages[-1]["content"])
     return template.render(messages, body.add_generation_prompt, tools, kwargs)
-
-
-def merged_system_message(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """For a template that takes no system role (Gemma 2's refuses one), llama.cpp's workaround: the system
-    message's text goes before the next message's, on a line of its own; a system message alone is left out."""
-    if not messages or messages[0].get("role") != "system":
-        return messages
-    if len(messages) == 1:
-        return []
-    first, second = messages[0], messages[1]
-    return [{**second, "content": f"{first.get('content') or ''}\n{second.get('content') or ''}"}, *messages[2:]]
 
 
 def _effort(effort: str | None) -> dict[str, Any]:

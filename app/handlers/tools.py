@@ -323,27 +323,30 @@ def parse_tool_calls(text: str, plan: ToolPlan) -> tuple[str, list[ToolCall]]:
     return text, []
 
 
-def messages_for_template(messages: list[dict[str, Any]], plan: ToolPlan | None, renders_tools: bool
-                          ) -> list[dict[str, Any]]:
-    """Assistant tool calls with their arguments as objects (what templates expect); for templates
-    without tool support, the calls as generic JSON text and the tools in a system message."""
+def messages_for_template(messages: list[dict[str, Any]], plan: ToolPlan | None, renders_tools: bool,
+                          object_arguments: bool = True) -> list[dict[str, Any]]:
+    """Assistant tool calls with their arguments as objects where the template takes them so
+    (``object_arguments``: its caps' ``supports_object_arguments``; else as the client sent them, as
+    llama-server: Functionary v3.2's adds them to a string); for templates without tool support, the calls as
+    generic JSON text and the tools in a system message."""
     out = []
     for message in messages:
         message = dict(message)
         calls = message.get("tool_calls")
         if calls:
-            fixed = []
+            parsed_calls = []
             for call in calls:
                 function = dict(call.get("function", {}))
                 if isinstance(function.get("arguments"), str):
                     parsed = _load(function["arguments"])
                     if parsed is not None:
                         function["arguments"] = parsed
-                fixed.append({**call, "function": function})
-            message["tool_calls"] = fixed
+                parsed_calls.append({**call, "function": function})
+            message["tool_calls"] = parsed_calls if object_arguments else calls
             if not renders_tools and not message.get("content"):
                 message["content"] = json.dumps({"tool_calls": [
-                    {"name": c["function"].get("name"), "arguments": c["function"].get("arguments")} for c in fixed
+                    {"name": c["function"].get("name"), "arguments": c["function"].get("arguments")}
+                    for c in parsed_calls
                 ]}, ensure_ascii=False)
         out.append(message)
     if plan is not None and not renders_tools:

@@ -21,7 +21,7 @@ from jinja2.parser import Parser
 from jinja2.sandbox import SandboxedEnvironment
 
 from app.protocol.errors import InvalidRequestError
-from app.templating.dedicated import message_shaper
+from app.templating.dedicated import generation_prompt_fix, message_shaper
 
 CHATML = (
     "{% for message in messages %}"
@@ -169,6 +169,7 @@ class ChatTemplate:
         self._builtin = builtin
         self._template: jinja2.Template | None = None
         self._shape = message_shaper(choice.jinja_source) if choice.jinja_source is not None else None
+        self._answer_opening = generation_prompt_fix(choice.jinja_source) if choice.jinja_source is not None else None
         if choice.jinja_source is not None:
             env = SandboxedEnvironment(
                 trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols", GenerationBlocks],
@@ -221,10 +222,11 @@ class ChatTemplate:
         if tools:
             context["tools"] = tools
         try:
-            return self._template.render(**context)
+            prompt = self._template.render(**context)
         except InvalidRequestError:
             raise
         except jinja2.TemplateError as exc:
             raise InvalidRequestError(f"the chat template failed on these messages: {exc}") from None
         except (TypeError, ValueError, KeyError, AttributeError, IndexError, ArithmeticError) as exc:
             raise InvalidRequestError(f"the chat template failed on these messages: {exc}") from None
+        return self._answer_opening(prompt) if add_generation_prompt and self._answer_opening else prompt

@@ -1,12 +1,14 @@
 """Templates that llama-server gives code of their own (common/chat.cpp's specialized templates, found by their
 text as it finds them): how it shapes their messages before rendering (gpt-oss's and LFM2's read an answer's
 reasoning as ``thinking``; Ministral 3's, and any template llama-server takes for one, Devstral's, take a system
-or assistant message's content as blocks, a thinking block first), the thinking tags it declares for those
+or assistant message's content as blocks, a thinking block first; an older Gemma 4 template's take a call's
+results in its assistant message), the thinking tags it declares for those
 whose tags the template's rendering does not show as a pair (gpt-oss's analysis channel, Gemma 4's thought
 channel, Kimi K3's think tag), and the markup around an answer it reads past (Kimi K3's response tags)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -69,8 +71,25 @@ def is_ministral_3(source: str) -> bool:
     return all(tag in source for tag in ("[SYSTEM_PROMPT]", "[TOOL_CALLS]", "[ARGS]")) and "[CALL_ID]" not in source
 
 
+def generation_prompt_fix(source: str) -> Callable[[str], str] | None:
+    """What llama-server adds to a prompt that asks for an answer, for the template with this source; None:
+    nothing. Gemma 4's templates open no model turn after a tool's results when the calling message had text
+    (the prompt ends with ``<turn|>``): llama-server opens it, else the model answers outside a turn."""
+    if is_gemma_4(source):
+        return lambda prompt: prompt + "<|turn>model\n" if prompt.endswith("<turn|>\n") else prompt
+    return None
+
+
+def is_older_gemma_4(source: str) -> bool:
+    """A Gemma 4 template from before its OpenAI-style tool messages: it reads a call's results from the
+    assistant message's ``tool_responses``."""
+    return is_gemma_4(source) and "{#- OpenAI Chat Completions:" not in source
+
+
 def message_shaper(source: str) -> Callable[[Messages], Messages] | None:
     """How the messages are shaped for the template with this source; None: as they are."""
+    if is_older_gemma_4(source):
+        return _tool_responses_in_turns
     if is_harmony(source):
         return lambda messages: [_with_thinking(message, True) for message in messages]
     if is_lfm2(source):
@@ -105,3 +124,45 @@ def _as_blocks(message: dict[str, Any]) -> dict[str, Any]:
     shaped = {key: value for key, value in message.items() if key != "reasoning_content"}
     shaped["content"] = blocks
     return shaped
+
+
+def _tool_responses_in_turns(messages: Messages) -> Messages:
+    """llama-server's Gemma 4 workaround: an assistant message with calls, the tool messages after it and a
+    plain answer after those become one assistant message, with the results as ``tool_responses`` (``name``:
+    the call's at the same place, else the tool_call_id; ``response``: the content as JSON where it parses)
+    and the answer as its content (the calling message's own content is left out, as there)."""
+    shaped: Messages = []
+    at = 0
+    while at < len(messages):
+        message = messages[at]
+        at += 1
+        calls = message.get("tool_calls")
+        if message.get("role") != "assistant" or not isinstance(calls, list) or not calls:
+            shaped.append(message)
+            continue
+        turn: dict[str, Any] = {"role": "assistant", "tool_calls": calls}
+        responses: Messages = []
+        while at < len(messages) and messages[at].get("role") == "tool":
+            name = calls[len(responses)].get("function", {}).get("name", "") if len(responses) < len(calls) else ""
+            responses.append({"name": name or messages[at].get("tool_call_id", ""),
+                              "response": _response(messages[at].get("content"))})
+            at += 1
+        if responses:
+            turn["tool_responses"] = responses
+        answer = messages[at] if at < len(messages) else {}
+        if answer.get("role") == "assistant" and not answer.get("tool_calls") and answer.get("content"):
+            turn["content"] = answer["content"]
+            at += 1
+        if isinstance(message.get("reasoning_content"), str):
+            turn["reasoning_content"] = message["reasoning_content"]
+        shaped.append(turn)
+    return shaped
+
+
+def _response(content: Any) -> Any:
+    if isinstance(content, str):
+        try:
+            return json.loads(content)
+        except ValueError:
+            return content
+    return content

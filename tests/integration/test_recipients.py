@@ -48,3 +48,20 @@ def test_an_answer_to_all_arrives_without_its_recipient(server: Server) -> None:
 def test_a_forced_call_arrives_as_a_tool_call(server: Server, stream: bool) -> None:
     name, arguments, _ = forced_call(server, WEATHER, "Weather in Paris?", stream)
     assert name == "get_weather" and json.loads(arguments)["city"] in ("Paris", "Oslo")
+
+
+def test_a_call_in_the_history_keeps_its_arguments_text(server: Server) -> None:
+    """The template adds a call's arguments to a string, so they reach it as the client sent them (as
+    llama-server: it parses them only for a template that takes objects); the chat on that history is answered."""
+    messages = [{"role": "user", "content": "Weather in Paris?"},
+                {"role": "assistant", "content": None, "tool_calls": [{"id": "call_1", "type": "function", "function": {
+                    "name": "get_weather", "arguments": '{"city": "Paris"}'}}]},
+                {"role": "tool", "tool_call_id": "call_1", "content": "18 C, sunny"}]
+    caps = requests.get(server.url("/props"), timeout=10).json()["chat_template_caps"]
+    assert caps["supports_object_arguments"] is False
+    prompt = requests.post(server.url("/apply-template"), json={"messages": messages, "tools": [WEATHER]},
+                           timeout=30).json()["prompt"]
+    assert '>>>get_weather\n{"city": "Paris"}' in prompt
+    reply = requests.post(server.url("/v1/chat/completions"), timeout=120,
+                          json={"messages": messages, "tools": [WEATHER], "max_tokens": 8})
+    assert reply.status_code == 200, reply.text[:300]

@@ -93,7 +93,7 @@ def test_generation_blocks_render_their_content() -> None:
 def test_a_template_without_a_system_role_gets_it_merged_as_in_llama_cpp() -> None:
     """Gemma 2's template refuses a system message; llama.cpp puts its text before the next message's, on a line
     of its own (a system message alone is dropped)."""
-    from app.handlers.chat_pipeline import merged_system_message
+    from app.templating.workarounds import merged_system_message
 
     system, user = {"role": "system", "content": "Be terse."}, {"role": "user", "content": "Hi"}
     assert merged_system_message([system, user, {"role": "assistant", "content": "Yo"}]) == [

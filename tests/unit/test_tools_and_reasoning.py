@@ -95,6 +95,11 @@ def test_generic_templates_get_the_tools_in_a_system_message() -> None:
             {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Oslo"}'}}]}],
         None, renders_tools=True)
     assert with_calls[0]["tool_calls"][0]["function"]["arguments"] == {"city": "Oslo"}
+    as_sent = messages_for_template([
+        {"role": "assistant", "content": "", "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Oslo"}'}}]}],
+        None, renders_tools=True, object_arguments=False)  # a template that takes the text (Functionary v3.2's)
+    assert as_sent[0]["tool_calls"][0]["function"]["arguments"] == '{"city": "Oslo"}'
 
 
 def test_split_reasoning() -> None:
