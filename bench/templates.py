@@ -2,8 +2,8 @@
 this server, side by side: ``/apply-template`` of llama-server (built by bench/llama_server.py) started with
 ``--jinja --chat-template-file`` for each, against this server's own route (in process, on the real embedded
 model: its BOS and EOS tokens are the template's), for a plain chat with a system message, one user message,
-a request with a tool, a history with an answer's reasoning, a history with a tool call and its result, and a
-developer message. Prints one line a template (``.`` the same
+a request with a tool, a history with an answer's reasoning, a history with a tool call and its result, a
+developer message, a prefilled answer and a history with two calls. Prints one line a template (``.`` the same
 prompt, ``X`` another; the format this server reads the template's tool calls in), the first lines that differ
 with ``-v``, and how many templates render each case as llama-server.
 
@@ -51,6 +51,18 @@ CASES: dict[str, dict[str, Any]] = {
                                {"role": "user", "content": "Hi"}]},
 }
 CASES["calls"]["tools"] = CASES["tools"]["tools"]
+CASES["prefill"] = {"messages": [{"role": "user", "content": "Name a colour."},
+                                 {"role": "assistant", "content": "My favourite colour is"}]}
+CASES["two calls"] = {"tools": CASES["tools"]["tools"], "messages": [
+    {"role": "user", "content": "Weather in Paris and Oslo?"},
+    {"role": "assistant", "content": "", "tool_calls": [
+        {"id": f"call_{n}", "type": "function",
+         "function": {"name": "get_weather", "arguments": f'{{"city": "{city}"}}'}}
+        for n, city in enumerate(("Paris", "Oslo"))]},
+    {"role": "tool", "tool_call_id": "call_0", "content": "18 C"},
+    {"role": "tool", "tool_call_id": "call_1", "content": "4 C"},
+    {"role": "assistant", "content": "Paris 18 C, Oslo 4 C."},
+    {"role": "user", "content": "Thanks"}]}
 
 
 def _free_port() -> int:

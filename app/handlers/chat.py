@@ -37,7 +37,7 @@ from app.protocol.errors import InvalidRequestError
 
 def post_apply_template(ctx: ServerContext, request: ApiRequest) -> ApiReply:
     body = validate_body(ChatBody, request.json_object())
-    return ApiReply(body={"prompt": render_prompt(ctx, body, tool_plan(ctx, body))})
+    return ApiReply(body={"prompt": render_prompt(ctx, body, tool_plan(ctx, body))[0]})
 
 
 def post_chat_input_tokens(ctx: ServerContext, request: ApiRequest) -> ApiReply:

@@ -17,7 +17,7 @@ from app.handlers.media import SOURCE_FIELD, MediaItem, decode_base64, media_fro
 from app.handlers.params import ChatBody, ChatMessage, ContentPart, completions_count, generation_request, grammar_for
 from app.handlers.prompt_log import log_prompt
 from app.handlers.reasoning import FORMATS
-from app.handlers.replies import ReplyForm, ReplyStream, reply_stream, split_reply
+from app.handlers.replies import ReplyForm, ReplyStream, answer_prefix, reply_stream, split_reply
 from app.handlers.request_limits import check_media_count
 from app.handlers.shapes import chunk_extras, finish_reason, probability_entries, probs_within_text
 from app.handlers.tool_gate import ToolGate
@@ -33,6 +33,7 @@ from app.handlers.wrappers import WrapperFilter, unwrapped
 from app.protocol.api import Idle
 from app.protocol.errors import InvalidRequestError
 from app.templating.chat_template import derived_arguments
+from app.templating.continuation import Continuation, continuation_mode, continued_prompt
 from app.templating.workarounds import jinja_workarounds, merged_system_message
 
 
@@ -101,10 +102,10 @@ def template_messages(ctx: ServerContext, body: ChatBody, media: list[MediaItem]
 
 
 def render_prompt(ctx: ServerContext, body: ChatBody, plan: ToolPlan | None = None,
-                  media: list[MediaItem] | None = None) -> str:
+                  media: list[MediaItem] | None = None) -> tuple[str, Continuation | None]:
     """The chat rendered through the template, a media marker where each media part was (their
-    items appended to ``media``). A trailing assistant message is a prefill: the model continues it
-    rather than starting a new turn."""
+    items appended to ``media``), and what of the final message the model continues, if it does (a trailing
+    assistant message is a prefill: app/templating/continuation.py) rather than start a new turn."""
     template = ctx.chat_template
     renders_tools = ctx.renders_tools
     collected = media if media is not None else []
@@ -117,12 +118,13 @@ def render_prompt(ctx: ServerContext, body: ChatBody, plan: ToolPlan | None = No
     tools = [tool.model_dump(exclude_none=True) for tool in plan.tools] if plan and renders_tools else None
     kwargs = derived_arguments({**ctx.template_kwargs, **(body.chat_template_kwargs or {}),
                                 **_effort(body.reasoning_effort or ctx.settings.reasoning_effort)})
-    if _continues(body, messages, ctx.settings.prefill_assistant):
-        if not messages or messages[-1]["role"] != "assistant":
-            return template.render(messages, False, tools, kwargs)
-        head = template.render(messages[:-1], True, tools, kwargs)
-        return head + str(messages[-1]["content"])
-    return template.render(messages, body.add_generation_prompt, tools, kwargs)
+    mode = _continues(body, messages, ctx.settings.prefill_assistant)
+    if mode is None:
+        return template.render(messages, body.add_generation_prompt, tools, kwargs), None
+    if not messages or messages[-1]["role"] != "assistant":  # a user's message goes on in its own turn
+        return template.render(messages, False, tools, kwargs), None
+    return continued_prompt(template, messages[:-1], messages[-1], mode,
+                            ctx.continuation_tags, answer_prefix(ctx.reply_form), tools, kwargs), mode
 
 
 def _effort(effort: str | None) -> dict[str, Any]:
@@ -148,23 +150,24 @@ def reasoning_budget(ctx: ServerContext, body: ChatBody, opened: bool) -> Reason
                            tokens=tokens, opened=opened)
 
 
-def _continues(body: ChatBody, messages: list[dict[str, Any]], prefill: bool) -> bool:
-    """Whether the final message is continued rather than answered, as llama-server decides: asked by
+def _continues(body: ChatBody, messages: list[dict[str, Any]], prefill: bool) -> Continuation | None:
+    """Whether and how the final message is continued rather than answered, as llama-server decides: asked by
     ``continue_final_message`` (with ``add_generation_prompt`` false), or a trailing assistant message
-    (a prefill, unless --no-prefill-assistant)."""
+    (a prefill, unless --no-prefill-assistant); never one with tool calls."""
     asked = body.continue_final_message is True or body.continue_final_message in ("content", "reasoning_content")
     last: dict[str, Any] = messages[-1] if messages else {}  # no messages: an assistant turn from nothing
-    if not asked and last.get("role") == "assistant" and prefill:
-        if len(messages) > 1 and messages[-2]["role"] == "assistant":
-            raise InvalidRequestError("Field 'messages': cannot have two assistant messages at the end")
-        return True
+    prefilled = not asked and last.get("role") == "assistant" and prefill
+    if prefilled and len(messages) > 1 and messages[-2]["role"] == "assistant":
+        raise InvalidRequestError("Field 'messages': cannot have two assistant messages at the end")
     if asked and body.add_generation_prompt:
         raise InvalidRequestError("Field 'continue_final_message': cannot set both add_generation_prompt and "
                                   "continue_final_message to true (set add_generation_prompt to false)")
-    if asked and last.get("role") == "assistant" and last.get("tool_calls"):
+    if (asked or prefilled) and last.get("role") == "assistant" and last.get("tool_calls"):
         raise InvalidRequestError("Field 'continue_final_message': cannot continue an assistant message that "
                                   "contains tool calls")
-    return asked
+    if not (asked or prefilled):
+        return None
+    return continuation_mode(body.continue_final_message if asked else None, last)
 
 
 def _format_schema(body: ChatBody) -> tuple[bool, Any]:
@@ -194,6 +197,7 @@ class PreparedChat:
     plan: ToolPlan | None
     reasoning_format: str
     opened_thinking: bool
+    continued: Continuation | None
     top_logprobs: int | None
     parse_calls: bool = True  # tool calls are parsed out of the text (not with --skip-chat-parsing)
     reply_form: ReplyForm = "tags"  # how the reply is read (app/handlers/replies.py)
@@ -210,6 +214,7 @@ class ChatPrompt:
     tokens: list[int]  # media rows as placeholders
     media: tuple[MediaChunk, ...]
     plan: ToolPlan | None
+    continued: Continuation | None  # what of the final message the model continues
 
 
 def tool_plan(ctx: ServerContext, body: ChatBody) -> ToolPlan | None:
@@ -221,9 +226,9 @@ def tool_plan(ctx: ServerContext, body: ChatBody) -> ToolPlan | None:
 def chat_prompt_tokens(ctx: ServerContext, body: ChatBody) -> ChatPrompt:
     plan = tool_plan(ctx, body)
     media: list[MediaItem] = []
-    text = render_prompt(ctx, body, plan, media)
+    text, continued = render_prompt(ctx, body, plan, media)
     tokens, chunks = tokenize_with_media(ctx, text, media)
-    return ChatPrompt(text, tokens, chunks, plan)
+    return ChatPrompt(text, tokens, chunks, plan, continued)
 
 
 def prepare_chat(ctx: ServerContext, body: ChatBody) -> PreparedChat:
@@ -241,7 +246,7 @@ def prepare_chat(ctx: ServerContext, body: ChatBody) -> PreparedChat:
         raise InvalidRequestError("Field 'response_format': give either response_format or json_schema, not both")
     grammar = grammar_for(ctx, body.grammar, schema if structured else body.json_schema,
                           "response_format.json_schema.schema" if structured else "json_schema")
-    opened = text.rstrip().endswith(ctx.thinking_tags.open)
+    opened = text.rstrip().endswith(ctx.thinking_tags.open) or prompt.continued is Continuation.REASONING
     if plan is not None and plan.forced is not None:
         if grammar:
             raise InvalidRequestError("Field 'grammar': a custom grammar cannot be combined with forced tool calls")
@@ -257,6 +262,7 @@ def prepare_chat(ctx: ServerContext, body: ChatBody) -> PreparedChat:
         plan=plan,
         reasoning_format=reasoning_format,
         opened_thinking=opened,
+        continued=prompt.continued,
         top_logprobs=top,
         parse_calls=not ctx.settings.skip_chat_parsing,
         reply_form="tags" if ctx.settings.skip_chat_parsing else ctx.reply_form,
@@ -292,7 +298,7 @@ def _logprob_entries(ctx: ServerContext, prepared: PreparedChat, probs: tuple[To
 
 def finish_choice(ctx: ServerContext, prepared: PreparedChat, index: int, result: Completion) -> ChatChoice:
     split = split_reply(prepared.reply_form, result.text, prepared.reasoning_format, prepared.opened_thinking,
-                        ctx.thinking_tags, ctx.call_format)
+                        ctx.thinking_tags, ctx.call_format, prepared.continued)
     content, calls = split.content, list[ToolCall]()
     if prepared.plan is not None and prepared.parse_calls:
         content, calls = parse_tool_calls(content, prepared.plan)
@@ -345,7 +351,7 @@ def chat_deltas(ctx: ServerContext, prepared: PreparedChat, stream: Iterator[Str
         index, event = item.index, item.event
         if index not in splitters:
             splitters[index] = reply_stream(prepared.reply_form, prepared.reasoning_format, prepared.opened_thinking,
-                                            ctx.thinking_tags, ctx.call_format)
+                                            ctx.thinking_tags, ctx.call_format, prepared.continued)
         splitter = splitters[index]
         gate = gates.setdefault(index, ToolGate(prepared.plan if prepared.parse_calls else None))
         unwrap = filters.setdefault(index, WrapperFilter(prepared.reply_wrappers))

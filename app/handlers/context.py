@@ -21,13 +21,13 @@ from app.templating.call_format import CallFormat
 from app.templating.call_learning import learn_call_format
 from app.templating.chat_template import ChatTemplate, choose_template
 from app.templating.declared_formats import declared_call_format
-from app.templating.dedicated import declared_thinking_tags, reply_wrappers
+from app.templating.dedicated import continuation_tags, declared_thinking_tags, reply_wrappers
 from app.templating.template_caps import (
     THINK,
     ThinkingTags,
+    found_thinking_tags,
     supports_thinking,
     template_caps,
-    thinking_tags,
 )
 
 
@@ -57,6 +57,7 @@ class ServerContext:
     _call_format: CallFormat | None = None  # the template's own tool-call format, learned with the caps
     _preserved_tokens: frozenset[int] = frozenset()  # special tokens of the template's markup, found with the caps
     _thinking_tags: ThinkingTags = THINK  # what opens and closes a thought in the template, with the caps
+    _continuation_tags: ThinkingTags | None = None  # a continued message's thinking tags, with the caps
     _reply_form: ReplyForm = "tags"  # how a reply is read (app/handlers/replies.py), found with the caps
     _reply_wrappers: tuple[str, ...] = ()  # markup around an answer, left out of its content (Kimi K3's)
     _renders_tools: bool = False  # whether the template is given the tools (else a system message describes them)
@@ -107,7 +108,10 @@ class ServerContext:
         self._thinks = supports_thinking(template)
         self._reply_form = reply_form(template.source)
         self._reply_wrappers = reply_wrappers(template.source)
-        self._thinking_tags = declared_thinking_tags(template.source) or thinking_tags(template)
+        found = found_thinking_tags(template)
+        declared = declared_thinking_tags(template.source)
+        self._thinking_tags = declared or found or THINK
+        self._continuation_tags = continuation_tags(template.source) or declared or (found if self._thinks else None)
         self._preserved_tokens = template_tokens(self.engine.vocab, (
             *format_markup(template.source, self._call_format), self._thinking_tags.open, self._thinking_tags.close,
             *reply_markup(self._reply_form)))
@@ -164,6 +168,13 @@ class ServerContext:
         """The markup around an answer that the content leaves out (app/handlers/wrappers.py)."""
         self.chat_template  # noqa: B018 (not ready until the template is published)
         return self._reply_wrappers
+
+    @property
+    def continuation_tags(self) -> ThinkingTags | None:
+        """The thinking tags a continued message's prompt opens (and closes) its thought with; None where the
+        template does not think (app/templating/continuation.py)."""
+        self.chat_template  # noqa: B018 (not ready until the template is published)
+        return self._continuation_tags
 
     @property
     def thinking_tags(self) -> ThinkingTags:

@@ -22,6 +22,7 @@ import re
 from dataclasses import dataclass
 
 from app.templating.call_format import CallFormat
+from app.templating.continuation import Continuation
 
 MESSAGE = "<|message|>"
 _CHANNEL = re.compile(r"<\|channel\|>\s*([A-Za-z_]+)")
@@ -52,7 +53,10 @@ class HarmonyStream:
     """The streaming reader: feed text pieces, get (reasoning, content) pieces. A message's header and a
     partial end marker are held until complete; a call's body until its message ends."""
 
-    def __init__(self, reasoning_format: str, call_format: CallFormat | None, dialect: Dialect = HARMONY) -> None:
+    def __init__(self, reasoning_format: str, call_format: CallFormat | None, dialect: Dialect = HARMONY,
+                 inside: Continuation | None = None) -> None:
+        """``inside``: the prompt left the reply inside a message (a continued one): the answer's, or the
+        thought's."""
         self._dialect = dialect
         self._extract = reasoning_format != "none"
         self._raw_analysis = reasoning_format in ("none", "deepseek-legacy")
@@ -64,6 +68,11 @@ class HarmonyStream:
         self._recipient = ""
         self._call = ""
         self.reasoned = False  # an analysis message was read as reasoning
+        if inside is not None:
+            self._state = "body"
+            if inside is Continuation.REASONING:
+                self._kind, self._analysis = ("reasoning" if self._extract else "content"), True
+                self.reasoned = self._extract
 
     def feed(self, text: str, final: bool = False) -> tuple[str, str]:
         self._buffer += text

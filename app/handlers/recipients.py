@@ -24,11 +24,13 @@ class RecipientStream:
 
     reasoned = False  # no message is a thought in this form
 
-    def __init__(self, call_format: CallFormat | None) -> None:
+    def __init__(self, call_format: CallFormat | None, in_answer: bool = False) -> None:
+        """``in_answer``: the prompt left the reply inside the answer's message (a continued one, after
+        ``>>>all``)."""
         self._call_format = call_format
         self._buffer = ""
-        self._state = "recipient"  # recipient: its line; message: after it; plain: not this form
-        self._recipient = ""
+        self._state = "message" if in_answer else "recipient"  # recipient: its line; message: after it; plain
+        self._recipient = "all" if in_answer else ""
         self._call = ""
         self._opened = False  # the message was opened by a >>> in the text (the first one's is the prompt's)
 

@@ -11,6 +11,7 @@ from app.handlers.harmony import HARMONY, MUSE, HarmonyStream
 from app.handlers.reasoning import ReasoningStream, Split, split_reasoning
 from app.handlers.recipients import RecipientStream
 from app.templating.call_format import CallFormat
+from app.templating.continuation import Continuation
 from app.templating.dedicated import is_functionary_v3_2, is_harmony, is_muse_glimmer
 from app.templating.template_caps import ThinkingTags
 
@@ -36,28 +37,35 @@ _DIALECTS = {"harmony": HARMONY, "muse": MUSE}
 
 
 def reply_stream(form: ReplyForm, reasoning_format: str, opened: bool, tags: ThinkingTags,
-                 call_format: CallFormat | None) -> ReplyStream:
+                 call_format: CallFormat | None, continued: Continuation | None = None) -> ReplyStream:
+    """``opened``: the prompt ends inside a thought; ``continued``: it continues a message (a prefill)."""
     if form == "tags":
         return ReasoningStream(reasoning_format, opened, tags)
-    return _message_reader(form, reasoning_format, call_format)
+    return _message_reader(form, reasoning_format, call_format, continued)
 
 
 def split_reply(form: ReplyForm, text: str, reasoning_format: str, opened: bool, tags: ThinkingTags,
-                call_format: CallFormat | None) -> Split:
+                call_format: CallFormat | None, continued: Continuation | None = None) -> Split:
     """The whole reply at once."""
     if form == "tags":
         return split_reasoning(text, reasoning_format, opened, tags)
-    reader = _message_reader(form, reasoning_format, call_format)
+    reader = _message_reader(form, reasoning_format, call_format, continued)
     reasoning, content = reader.feed(text, final=True)
     return Split(content, reasoning.strip() if reader.reasoned else None)
 
 
-def _message_reader(form: ReplyForm, reasoning_format: str,
-                    call_format: CallFormat | None) -> HarmonyStream | RecipientStream:
-    """The reader of a form whose replies are messages (all but ``tags``)."""
+def _message_reader(form: ReplyForm, reasoning_format: str, call_format: CallFormat | None,
+                    continued: Continuation | None) -> HarmonyStream | RecipientStream:
+    """The reader of a form whose replies are messages (all but ``tags``), inside the continued one's."""
     if form == "recipients":
-        return RecipientStream(call_format)
-    return HarmonyStream(reasoning_format, call_format, _DIALECTS[form])
+        return RecipientStream(call_format, in_answer=continued is Continuation.CONTENT)
+    return HarmonyStream(reasoning_format, call_format, _DIALECTS[form], continued)
+
+
+def answer_prefix(form: ReplyForm) -> str:
+    """What an answer opens with after the generation prompt, in a prompt that continues one (Functionary
+    v3.2's recipient line: its generation prompt ends with ``>>>``)."""
+    return "all\n" if form == "recipients" else ""
 
 
 def reply_markup(form: ReplyForm) -> tuple[str, ...]:

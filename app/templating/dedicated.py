@@ -57,12 +57,49 @@ def is_gemma_4(source: str) -> bool:
 def declared_thinking_tags(source: str) -> ThinkingTags | None:
     """The thinking tags llama-server declares for the template with this source; None: found as any
     template's are (``thinking_tags``)."""
-    if is_harmony(source):
-        return ThinkingTags("<|channel|>analysis<|message|>", "<|end|>")
+    if is_harmony(source):  # the final channel's header follows the analysis
+        return ThinkingTags("<|channel|>analysis<|message|>", "<|end|>",
+                            written_close="<|end|><|start|>assistant<|channel|>final<|message|>")
     if is_gemma_4(source):
-        return ThinkingTags("<|channel>thought", "<channel|>")
-    if is_kimi_k3(source):
-        return ThinkingTags("<|open|>think<|sep|>", "<|close|>think<|sep|>")
+        return ThinkingTags("<|channel>thought", "<channel|>", written_open="<|channel>thought\n")
+    if is_kimi_k3(source):  # the response's tag follows the thought
+        return ThinkingTags("<|open|>think<|sep|>", "<|close|>think<|sep|>",
+                            written_close="<|close|>think<|sep|><|open|>response<|sep|>")
+    return None
+
+
+def is_qwen3_coder_family(source: str) -> bool:
+    """Qwen3-Coder's XML calls, with newlines between the tags (also Qwen3.5's, Nemotron Nano 3's, StepFun 3.5's)."""
+    return (all(tag in source for tag in ("<tool_call>", "<function=", "<parameter="))
+            and "'<tool_call><function=' ~ tool_call.name ~ '>'" not in source)
+
+
+def continuation_tags(source: str) -> ThinkingTags | None:
+    """The thinking tags a continued message's prompt is written with (app/templating/continuation.py) where
+    llama-server's own code for the template, or a patch of its template analysis, declares them; None: the
+    template's own, where it thinks. Muse Glimmer's: its message to self, then the one to the user; Ministral
+    3's (and Devstral's) ``[THINK]``; Cohere2 MoE's, with its text tag after the thought; Qwen3-Coder's family,
+    where it thinks, ``<think>`` and ``</think>`` on lines of their own; Nemotron Nano v2's ``<think>`` and a
+    newline; Kimi K2's, LFM2's, Granite 3.3's, Laguna's and the older Qwen and DeepSeek R1 templates' (which
+    split a history's answers at ``</think>``): the bare ``<think>`` and ``</think>``."""
+    if is_muse_glimmer(source):
+        return ThinkingTags("to=self<|message|>", "<|eom|>", " to=self<|message|>",
+                            "<|eom|><|start|>assistant to=user<|message|>")
+    if is_ministral_3(source):  # Devstral's too, which llama-server takes for one
+        return ThinkingTags("[THINK]", "[/THINK]")
+    if "<|START_TEXT|>" in source and "<|START_ACTION|>" in source:  # Cohere2 MoE: the answer's text tag after
+        return ThinkingTags("<|START_THINKING|>", "<|END_THINKING|>",
+                            written_close="<|END_THINKING|><|START_TEXT|>")
+    if is_qwen3_coder_family(source) and "<think>" in source:  # Qwen3.5's, Nemotron Nano 3's, StepFun 3.5's
+        return ThinkingTags(written_open="<think>\n", written_close="\n</think>\n\n")
+    if all(marker in source for marker in ("<SPECIAL_10>", "<SPECIAL_11>", "<SPECIAL_12>", "<TOOL_RESPONSE>")):
+        return ThinkingTags(written_open="<think>\n")
+    older_qwen_or_r1 = ("content.split('</think>')" in source and "reasoning_content" not in source
+                        and "<SPECIAL_12>" not in source)
+    if (older_qwen_or_r1 or is_lfm2(source) or "laguna_glm_thinking" in source
+            or ("<|tool_calls_section_begin|>" in source and "<|tool_call_begin|>" in source)
+            or "Write your thoughts between <think></think> and write your response between" in source):
+        return ThinkingTags()
     return None
 
 

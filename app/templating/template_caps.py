@@ -126,29 +126,66 @@ def _two_markers_appended(base: str, extended: str) -> re.Match[str] | None:
 
 @dataclass(frozen=True)
 class ThinkingTags:
-    """What opens and what closes a thought (llama.cpp's reasoning start and end)."""
+    """What opens and what closes a thought; ``written_open`` and ``written_close``: the same as the template
+    writes them around a thought in an answer, with their blanks (llama.cpp's reasoning start and end: Qwen3's
+    ``<think>\n`` and ``\n</think>\n\n``), where they differ from the bare tags."""
 
     open: str = "<think>"
     close: str = "</think>"
+    written_open: str = ""
+    written_close: str = ""
+
+    @property
+    def start(self) -> str:
+        """What opens a thought in a prompt (a continued message's)."""
+        return self.written_open or self.open
+
+    @property
+    def end(self) -> str:
+        """What closes a thought in a prompt, up to the answer."""
+        return self.written_close or self.close
 
 
 THINK = ThinkingTags()  # llama.cpp's default: <think> and </think>
-_AROUND_THOUGHT = re.compile(rf"({_MARKER})\s*{THOUGHT}\s*({_MARKER})")
+_AROUND_THOUGHT = re.compile(rf"({_MARKER})(\s*){THOUGHT}(\s*)({_MARKER})(\s*)")
 
 
 def thinking_tags(template: Renders) -> ThinkingTags:
+    """The template's own thinking tags (``found_thinking_tags``), else llama.cpp's default ``<think>`` and
+    ``</think>``."""
+    return found_thinking_tags(template) or THINK
+
+
+def found_thinking_tags(template: Renders) -> ThinkingTags | None:
     """The tags around a thought, as llama.cpp's analysis finds them: the markers around an answer's reasoning
     in its rendering (Seed-OSS's ``<seed:think>``, MiniMax M3's ``<mm:think>``), else the two markers that
     ``enable_thinking`` adds to the prompt's end (Command R7B's empty ``<|START_THINKING|><|END_THINKING|>``);
-    ``<think>`` and ``</think>`` where the template shows neither (or no pair of tags: ``_pair``)."""
+    None where the template shows neither (or no pair of tags: ``_pair``)."""
     probes = _thinking_probes(template)
     if probes is None:
-        return THINK
+        return None
     shown, off, on = probes
-    found = [_AROUND_THOUGHT.search(shown), *(_two_markers_appended(base, extended)
-                                              for base, extended in ((on, off), (off, on)))]
-    return next((ThinkingTags(tags[1], tags[2]) for tags in found if tags is not None and _pair(tags[1], tags[2])),
-                THINK)
+    around = _AROUND_THOUGHT.search(shown)
+    if around is not None and _pair(around[1], around[4]):  # with the blanks written around the thought
+        return ThinkingTags(around[1], around[4], around[1] + around[2], around[3] + around[4] + around[5])
+    found = [_two_markers_appended(base, extended) for base, extended in ((on, off), (off, on))]
+    pair = next(((tags[1], tags[2]) for tags in found if tags is not None and _pair(tags[1], tags[2])),
+                _closed_when_off(on, off))
+    return ThinkingTags(*pair) if pair is not None else None
+
+
+_LAST_MARKER = re.compile(rf"({_MARKER})\s*$")
+
+
+def _closed_when_off(on: str, off: str) -> tuple[str, str] | None:
+    """The tags of a prompt that opens a thought when thinking is on and closes it right away when off
+    (DeepSeek V3.1's ``<think>``, and ``<think></think>``): the marker ending one, the one the other adds."""
+    if not off.startswith(on):
+        return None
+    added, opened = re.fullmatch(rf"\s*({_MARKER})\s*", off[len(on):]), _LAST_MARKER.search(on)
+    if added is None or opened is None or not _pair(opened[1], added[1]):
+        return None
+    return opened[1], added[1]
 
 
 def _pair(opening: str, closing: str) -> bool:

@@ -82,3 +82,16 @@ def test_muse_glimmers_thought_to_self_is_the_reasoning(muse: Server) -> None:
     assert "get_weather" in prompt and "You can call the following tools" not in prompt
     name, arguments, _ = forced_call(muse, WEATHER, "Weather in Paris?", False)
     assert name == "get_weather" and json.loads(arguments)["city"] in ("Paris", "Oslo")
+
+
+def test_a_prefilled_answer_goes_on_in_the_final_channel(server: Server) -> None:
+    """As llama-server: the prompt leaves the reply in the final channel, after an empty analysis, so what the
+    model writes is the answer's, streamed or not."""
+    messages = [{"role": "user", "content": "Name a colour."}, {"role": "assistant", "content": "My favourite is"}]
+    prompt = requests.post(server.url("/apply-template"), json={"messages": messages}, timeout=30).json()["prompt"]
+    assert prompt.endswith("<|channel|>analysis<|message|><|end|><|start|>assistant<|channel|>final<|message|>"
+                           "My favourite is")
+    body = {"messages": messages, "grammar": 'root ::= " blue."', "max_tokens": 8, "temperature": 0}
+    message = requests.post(server.url("/v1/chat/completions"), json=body, timeout=120).json()["choices"][0]["message"]
+    assert message["content"] == " blue." and not message.get("reasoning_content")
+    assert streamed_chat(server, body) == ("", " blue.")

@@ -65,3 +65,16 @@ def test_a_call_in_the_history_keeps_its_arguments_text(server: Server) -> None:
     reply = requests.post(server.url("/v1/chat/completions"), timeout=120,
                           json={"messages": messages, "tools": [WEATHER], "max_tokens": 8})
     assert reply.status_code == 200, reply.text[:300]
+
+
+def test_a_prefilled_answer_goes_on_after_its_recipient(server: Server) -> None:
+    """As llama-server: the prompt opens the answer's message (``>>>all``), so what the model writes is the
+    answer, even a line that names a function."""
+    messages = [{"role": "user", "content": "Weather?"}, {"role": "assistant", "content": "Call"}]
+    prompt = requests.post(server.url("/apply-template"), json={"messages": messages}, timeout=30).json()["prompt"]
+    assert prompt.endswith(">>>all\nCall")
+    body = {"messages": messages, "grammar": 'root ::= " get_weather\\n{\\"city\\": \\"Paris\\"}"', "max_tokens": 20,
+            "temperature": 0}
+    message = requests.post(server.url("/v1/chat/completions"), json=body, timeout=120).json()["choices"][0]["message"]
+    assert message["content"] == ' get_weather\n{"city": "Paris"}' and not message.get("tool_calls")
+    assert streamed_chat(server, body)[1] == message["content"]

@@ -287,7 +287,27 @@ def test_only_the_declared_templates_have_a_declared_format() -> None:
     ("Kimi-K2-Thinking", "<think>", "</think>"),
 ])
 def test_a_templates_thinking_tags_are_found(name: str, opening: str, closing: str) -> None:
-    assert thinking_tags(template(name)) == ThinkingTags(opening, closing)
+    tags = thinking_tags(template(name))
+    assert (tags.open, tags.close) == (opening, closing)
+
+
+def test_tags_a_prompt_closes_at_once_when_thinking_is_off_are_found() -> None:
+    """DeepSeek V3.1's generation prompt ends with ``<think>`` when thinking is on and ``<think></think>`` when
+    off: its tags are found there (what a continued message writes), unlike a template that shows none."""
+    from app.templating.template_caps import found_thinking_tags
+
+    v31 = found_thinking_tags(template("deepseek-ai-DeepSeek-V3.1"))
+    assert v31 is not None and (v31.open, v31.close) == ("<think>", "</think>")
+    assert found_thinking_tags(template("Qwen3-Coder")) is None
+
+
+def test_thinking_tags_keep_the_blanks_written_around_a_thought() -> None:
+    """llama.cpp's reasoning start and end: the tags with the blanks the template writes after the opening one
+    and around the closing one (what a continued message's prompt writes: app/templating/continuation.py)."""
+    seed = thinking_tags(template("ByteDance-Seed-OSS"))
+    assert (seed.start, seed.end) == ("<seed:think>", "</seed:think>\n")
+    qwen3 = thinking_tags(template("Qwen3-Coder"))
+    assert (qwen3.start, qwen3.end) == ("<think>", "</think>")  # it shows no thought: the bare default
 
 
 def test_a_thought_in_the_templates_tags_is_split_out() -> None:

@@ -117,8 +117,10 @@ def test_only_the_templates_llama_server_shapes_for_are_shaped() -> None:
 def test_the_thinking_tags_llama_server_declares_for_gpt_oss_and_gemma_4() -> None:
     templates = Path(__file__).resolve().parents[1] / "data" / "templates"
     gemma = (templates / "google-gemma-4-31B-it.jinja").read_text()
-    assert declared_thinking_tags(SOURCE) == ThinkingTags("<|channel|>analysis<|message|>", "<|end|>")
-    assert declared_thinking_tags(gemma) == ThinkingTags("<|channel>thought", "<channel|>")
+    assert declared_thinking_tags(SOURCE) == ThinkingTags("<|channel|>analysis<|message|>", "<|end|>",
+                                                          "", "<|end|><|start|>assistant<|channel|>final<|message|>")
+    assert declared_thinking_tags(gemma) == ThinkingTags("<|channel>thought", "<channel|>",
+                                                         written_open="<|channel>thought\n")
     assert declared_thinking_tags((templates / "Qwen3-Coder.jinja").read_text()) is None  # found, not declared
 
 
@@ -148,7 +150,7 @@ def test_kimi_k3s_thought_and_response_tags_are_left_out_of_the_answer() -> None
     llama-server's parser reads past; streamed in pieces as read whole."""
     source = (Path(__file__).resolve().parents[1] / "data" / "templates" / "Kimi-K3.jinja").read_text()
     tags, wrappers = declared_thinking_tags(source), reply_wrappers(source)
-    assert tags == ThinkingTags("<|open|>think<|sep|>", "<|close|>think<|sep|>")
+    assert tags is not None and (tags.open, tags.close) == ("<|open|>think<|sep|>", "<|close|>think<|sep|>")
     reply = ("Rain is likely.<|close|>think<|sep|><|open|>response<|sep|>Take an umbrella.<|close|>response<|sep|>"
              "<|close|>message<|sep|>")
     split = split_reply("tags", reply, "auto", True, tags, None)
