@@ -105,6 +105,8 @@ class JobGroup:
                     raise event
                 if isinstance(event, Completion):
                     remaining -= 1
+                if not started and heartbeat is not None:
+                    heartbeat.beat()  # the answer starts: its silence counts from here, not from the prompt's
                 started = True
                 yield index, event
         finally:
