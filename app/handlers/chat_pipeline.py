@@ -247,9 +247,13 @@ def prepare_chat(ctx: ServerContext, body: ChatBody) -> PreparedChat:
     grammar = grammar_for(ctx, body.grammar, schema if structured else body.json_schema,
                           "response_format.json_schema.schema" if structured else "json_schema")
     opened = text.rstrip().endswith(ctx.thinking_tags.open) or prompt.continued is Continuation.REASONING
+    if plan is not None and body.grammar is not None:  # as llama-server: tools that may be called take no grammar
+        raise InvalidRequestError("Field 'grammar': a custom grammar cannot be combined with tools "
+                                  "(unless tool_choice is none)")
     if plan is not None and plan.forced is not None:
         if grammar:
-            raise InvalidRequestError("Field 'grammar': a custom grammar cannot be combined with forced tool calls")
+            raise InvalidRequestError(f"Field '{'response_format' if structured else 'json_schema'}': a schema "
+                                      "cannot be combined with forced tool calls")
         grammar = call_grammar(plan, ctx.engine.vocab, ctx.thinking_tags.close if opened else None)
     top = body.top_logprobs if body.logprobs else None
     n_probs = max(1, top or 0) if body.logprobs else None

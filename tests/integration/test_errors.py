@@ -64,6 +64,12 @@ def assert_error(response: requests.Response, status: int, kind: str, *words: st
          ["tool_choice", "nope"]),
         ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "tool_choice": "sometimes",
                                   "tools": [{"type": "function", "function": {"name": "f"}}]}, ["tool_choice"]),
+        ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "grammar": 'root ::= "a"',
+                                  "tools": [{"type": "function", "function": {"name": "f"}}]}, ["grammar", "tools"]),
+        ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "tool_choice": "required",
+                                  "response_format": {"type": "json_object"},
+                                  "tools": [{"type": "function", "function": {"name": "f"}}]},
+         ["response_format", "forced tool calls"]),
         ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}],
                                   "tools": [{"type": "function", "function": {}}]}, ["tools.0.function.name"]),
         ("/completion", {"prompt": "x", "grammar": "root ::= ("}, ["grammar"]),
@@ -135,3 +141,12 @@ def test_the_server_keeps_serving_after_bad_input(vertex_server: Server) -> None
     assert response.status_code == 200
     slots = requests.get(vertex_server.url("/slots"), timeout=10).json()
     assert not any(slot["is_processing"] for slot in slots)
+
+
+def test_a_grammar_beside_tools_that_may_not_be_called_is_taken(vertex_server: Server) -> None:
+    """As llama-server: a custom grammar is refused beside tools the model may call (above), and taken where
+    ``tool_choice`` is none."""
+    reply = post(vertex_server, "/v1/chat/completions", {
+        "messages": [{"role": "user", "content": "x"}], "grammar": 'root ::= "yes"', "tool_choice": "none",
+        "max_tokens": 4, "tools": [{"type": "function", "function": {"name": "f"}}]})
+    assert reply.status_code == 200 and reply.json()["choices"][0]["message"]["content"] == "yes"
