@@ -42,7 +42,9 @@ def continued_prompt(template: ChatTemplate, head: list[dict[str, Any]], last: d
     opening = asked[common_prefix(before, asked):]
     if tags is not None:
         at = opening.find(tags.start)
-        opening = (opening if at < 0 else opening[:at]) + tags.start + str(last.get("reasoning_content") or "")
+        reasoning = str(last.get("reasoning_content") or "")
+        unopened = tags.empty_thought_unopened and not reasoning and mode is Continuation.CONTENT
+        opening = (opening if at < 0 else opening[:at]) + ("" if unopened else tags.start + reasoning)
         if mode is Continuation.CONTENT:
             opening += tags.end
     if mode is Continuation.CONTENT:

@@ -77,14 +77,17 @@ def is_qwen3_coder_family(source: str) -> bool:
 def continuation_tags(source: str) -> ThinkingTags | None:
     """The thinking tags a continued message's prompt is written with (app/templating/continuation.py) where
     llama-server's own code for the template, or a patch of its template analysis, declares them; None: the
-    template's own, where it thinks. Muse Glimmer's: its message to self, then the one to the user; Ministral
-    3's (and Devstral's) ``[THINK]``; Cohere2 MoE's, with its text tag after the thought; Qwen3-Coder's family,
-    where it thinks, ``<think>`` and ``</think>`` on lines of their own; Nemotron Nano v2's ``<think>`` and a
-    newline; Kimi K2's, LFM2's, Granite 3.3's, Laguna's and the older Qwen and DeepSeek R1 templates' (which
-    split a history's answers at ``</think>``): the bare ``<think>`` and ``</think>``."""
+    template's own, where it thinks. Muse Glimmer's: its message to self, then the one to the user; DeepSeek
+    V4's, a thought without reasoning written as ``</think>`` alone; Ministral 3's (and Devstral's) ``[THINK]``;
+    Cohere2 MoE's, with its text tag after the thought; Qwen3-Coder's family, where it thinks, ``<think>`` and
+    ``</think>`` on lines of their own; Nemotron Nano v2's ``<think>`` and a newline; Kimi K2's, LFM2's, Granite
+    3.3's, Laguna's and the older Qwen and DeepSeek R1 templates' (which split a history's answers at
+    ``</think>``): the bare ``<think>`` and ``</think>``."""
     if is_muse_glimmer(source):
         return ThinkingTags("to=self<|message|>", "<|eom|>", " to=self<|message|>",
                             "<|eom|><|start|>assistant to=user<|message|>")
+    if all(marker in source for marker in ("dsml_token", "DSML")) and "function_calls" not in source:
+        return ThinkingTags(empty_thought_unopened=True)  # DeepSeek V4's: a thought without reasoning is </think>
     if is_ministral_3(source):  # Devstral's too, which llama-server takes for one
         return ThinkingTags("[THINK]", "[/THINK]")
     if "<|START_TEXT|>" in source and "<|START_ACTION|>" in source:  # Cohere2 MoE: the answer's text tag after

@@ -134,6 +134,7 @@ class ThinkingTags:
     close: str = "</think>"
     written_open: str = ""
     written_close: str = ""
+    empty_thought_unopened: bool = False  # a thought without reasoning written as its closing tag alone
 
     @property
     def start(self) -> str:

@@ -77,3 +77,16 @@ def test_replies_after_a_continued_message_are_read_from_inside_it() -> None:
     text = 'weather\n{"city": "Paris"} is what I would send.'
     assert RecipientStream(None, in_answer=True).feed(text, final=True) == ("", text)
     assert RecipientStream(None).feed(text, final=True) != ("", text)  # else a line naming a recipient
+
+
+ASSISTANT = "<\uff5cAssistant\uff5c>"  # DeepSeek's, with its full-width bars
+
+
+def test_deepseek_v4_writes_a_thought_without_reasoning_as_its_closing_tag() -> None:
+    tags = continuation_tags((TEMPLATES / "deepseek-ai-DeepSeek-V4.jinja").read_text())
+    assert tags is not None
+    answer = continued("deepseek-ai-DeepSeek-V4", {"content": "Blue"}, Continuation.CONTENT, tags)
+    assert answer.endswith(ASSISTANT + "</think>Blue")
+    reasoned = continued("deepseek-ai-DeepSeek-V4", {"content": "Blue", "reasoning_content": "Hmm"},
+                         Continuation.CONTENT, tags)
+    assert reasoned.endswith(ASSISTANT + "<think>Hmm</think>Blue")
