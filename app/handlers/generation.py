@@ -138,12 +138,14 @@ def stream_reply(
     should_stop: Callable[[], bool],
     render: Callable[[Iterator[Streamed | Idle]], Iterator[SseEvent | Idle]],
     stream_error: Callable[[dict[str, Any]], SseEvent] | None = None,
-    ping_seconds: float = 0.0,
+    *,
+    ping_seconds: float,
 ) -> ApiReply:
     """The reply of every streaming route. The jobs are submitted (the group) and their first event
     has arrived before the reply exists, so that what fails early (a prompt over the context, the
     first decode) is a plain HTTP error with its status, never a 200 and an error event. ``render``
-    passes each IDLE on as it is (a comment after ``ping_seconds`` without a write: see :func:`ping_interval`)."""
+    passes each IDLE on as it is (a comment after ``ping_seconds`` without a write: see :func:`ping_interval`);
+    every route names its interval (no default: ``/v1/completions`` once had none, and never pinged)."""
     heartbeat = Heartbeat(ping_seconds)
     return ApiReply(stream=render(started_stream(group, should_stop, heartbeat)), stream_error=stream_error,
                     heartbeat=heartbeat)
