@@ -25,8 +25,7 @@ from app.templating.dedicated import continuation_tags, declared_thinking_tags, 
 from app.templating.template_caps import (
     THINK,
     ThinkingTags,
-    found_thinking_tags,
-    supports_thinking,
+    analyse_thinking,
     template_caps,
 )
 
@@ -105,13 +104,14 @@ class ServerContext:
         self._call_format = ((learn_call_format(template) or declared_call_format(template.source))
                              if self._caps["supports_tools"] else None)
         self._renders_tools = template_renders_tools(template.source, self._call_format)
-        self._thinks = supports_thinking(template)
+        thinking = analyse_thinking(template)  # its probes rendered once, for both answers
+        self._thinks = thinking.thinks
         self._reply_form = reply_form(template.source)
         self._reply_wrappers = reply_wrappers(template.source)
-        found = found_thinking_tags(template)
         declared = declared_thinking_tags(template.source)
-        self._thinking_tags = declared or found or THINK
-        self._continuation_tags = continuation_tags(template.source) or declared or (found if self._thinks else None)
+        self._thinking_tags = declared or thinking.tags or THINK
+        self._continuation_tags = (continuation_tags(template.source) or declared
+                                   or (thinking.tags if thinking.thinks else None))
         self._preserved_tokens = template_tokens(self.engine.vocab, (
             *format_markup(template.source, self._call_format), self._thinking_tags.open, self._thinking_tags.close,
             *reply_markup(self._reply_form)))

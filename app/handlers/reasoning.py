@@ -1,4 +1,4 @@
-"""Reasoning text: ``<think>...</think>`` (or the template's own tags: ``thinking_tags`` in
+"""Reasoning text: ``<think>...</think>`` (or the template's own tags: ``analyse_thinking`` in
 app/templating/template_caps.py) split out of the content into ``reasoning_content``.
 
 ``reasoning_format`` follows llama-server: ``none`` leaves the text as generated; ``auto`` and

@@ -56,7 +56,7 @@ def is_gemma_4(source: str) -> bool:
 
 def declared_thinking_tags(source: str) -> ThinkingTags | None:
     """The thinking tags llama-server declares for the template with this source; None: found as any
-    template's are (``thinking_tags``)."""
+    template's are (``analyse_thinking``)."""
     if is_harmony(source):  # the final channel's header follows the analysis
         return ThinkingTags("<|channel|>analysis<|message|>", "<|end|>",
                             written_close="<|end|><|start|>assistant<|channel|>final<|message|>")

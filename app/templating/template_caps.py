@@ -95,15 +95,27 @@ def _thinking_probes(template: Renders) -> tuple[str, str, str] | None:
     return shown, off, on
 
 
-def supports_thinking(template: Renders) -> bool:
-    """Whether the template thinks, as llama.cpp's chat analysis finds it (llama-server's ``--reasoning auto``
-    gives only such a template ``enable_thinking``): an answer's reasoning shows with a marker between it and
-    the answer, or ``enable_thinking`` changes the end of the generation prompt (opens or closes a think
-    block), or appends two markers to it."""
+@dataclass(frozen=True)
+class Thinking:
+    """What llama.cpp's analysis of thinking finds in a template, from one rendering of its probes: whether it
+    thinks (``--reasoning auto`` gives only such a template ``enable_thinking``) and the tags around a thought
+    that it shows (None: none; the server then takes ``THINK``)."""
+
+    thinks: bool
+    tags: ThinkingTags | None
+
+
+def analyse_thinking(template: Renders) -> Thinking:
+    """The template's ``Thinking``; neither where it refuses the probes."""
     probes = _thinking_probes(template)
     if probes is None:
-        return False
-    shown, off, on = probes
+        return Thinking(False, None)
+    return Thinking(_thinks(*probes), _found_tags(*probes))
+
+
+def _thinks(shown: str, off: str, on: str) -> bool:
+    """An answer's reasoning shows with a marker between it and the answer, or ``enable_thinking`` changes the
+    end of the generation prompt (opens or closes a think block), or appends two markers to it."""
     if THOUGHT in shown and not shown.split(THOUGHT, 1)[1].lstrip().startswith(_ANSWER):
         return True
     if off == on:
@@ -151,21 +163,12 @@ THINK = ThinkingTags()  # llama.cpp's default: <think> and </think>
 _AROUND_THOUGHT = re.compile(rf"({_MARKER})(\s*){THOUGHT}(\s*)({_MARKER})(\s*)")
 
 
-def thinking_tags(template: Renders) -> ThinkingTags:
-    """The template's own thinking tags (``found_thinking_tags``), else llama.cpp's default ``<think>`` and
-    ``</think>``."""
-    return found_thinking_tags(template) or THINK
-
-
-def found_thinking_tags(template: Renders) -> ThinkingTags | None:
+def _found_tags(shown: str, off: str, on: str) -> ThinkingTags | None:
     """The tags around a thought, as llama.cpp's analysis finds them: the markers around an answer's reasoning
-    in its rendering (Seed-OSS's ``<seed:think>``, MiniMax M3's ``<mm:think>``), else the two markers that
-    ``enable_thinking`` adds to the prompt's end (Command R7B's empty ``<|START_THINKING|><|END_THINKING|>``);
-    None where the template shows neither (or no pair of tags: ``_pair``)."""
-    probes = _thinking_probes(template)
-    if probes is None:
-        return None
-    shown, off, on = probes
+    in its rendering (Seed-OSS's ``<seed:think>``, MiniMax M3's ``<mm:think>``), with the blanks written around
+    it, else the two markers that ``enable_thinking`` adds to the prompt's end (Command R7B's empty
+    ``<|START_THINKING|><|END_THINKING|>``), else the one it closes the prompt with (``_closed_when_off``); None
+    where the template shows none of these (or no pair of tags: ``_pair``)."""
     around = _AROUND_THOUGHT.search(shown)
     if around is not None and _pair(around[1], around[4]):  # with the blanks written around the thought
         return ThinkingTags(around[1], around[4], around[1] + around[2], around[3] + around[4] + around[5])

@@ -26,7 +26,7 @@ from app.templating.call_format import CallFormat
 from app.templating.call_learning import learn_call_format
 from app.templating.chat_template import ChatTemplate, TemplateChoice
 from app.templating.declared_formats import declared_call_format
-from app.templating.template_caps import ThinkingTags, thinking_tags
+from app.templating.template_caps import THINK, ThinkingTags, analyse_thinking
 from tests.fakes import FakeVocabulary
 
 TEMPLATES = Path(__file__).resolve().parents[1] / "data" / "templates"
@@ -278,6 +278,11 @@ def test_only_the_declared_templates_have_a_declared_format() -> None:
         assert declared_call_format((TEMPLATES / f"{name}.jinja").read_text(encoding="utf-8")) is None
 
 
+def tags_of(name: str) -> ThinkingTags:
+    """The thinking tags the server takes for the template: those it shows, else llama.cpp's default."""
+    return analyse_thinking(template(name)).tags or THINK
+
+
 @pytest.mark.parametrize(("name", "opening", "closing"), [
     ("ByteDance-Seed-OSS", "<seed:think>", "</seed:think>"),  # around an answer's reasoning
     ("MiniMax-M3", "<mm:think>", "</mm:think>"),  # the same, though its system text names the tags too
@@ -287,26 +292,24 @@ def test_only_the_declared_templates_have_a_declared_format() -> None:
     ("Kimi-K2-Thinking", "<think>", "</think>"),
 ])
 def test_a_templates_thinking_tags_are_found(name: str, opening: str, closing: str) -> None:
-    tags = thinking_tags(template(name))
+    tags = tags_of(name)
     assert (tags.open, tags.close) == (opening, closing)
 
 
 def test_tags_a_prompt_closes_at_once_when_thinking_is_off_are_found() -> None:
     """DeepSeek V3.1's generation prompt ends with ``<think>`` when thinking is on and ``<think></think>`` when
     off: its tags are found there (what a continued message writes), unlike a template that shows none."""
-    from app.templating.template_caps import found_thinking_tags
-
-    v31 = found_thinking_tags(template("deepseek-ai-DeepSeek-V3.1"))
+    v31 = analyse_thinking(template("deepseek-ai-DeepSeek-V3.1")).tags
     assert v31 is not None and (v31.open, v31.close) == ("<think>", "</think>")
-    assert found_thinking_tags(template("Qwen3-Coder")) is None
+    assert analyse_thinking(template("Qwen3-Coder")).tags is None
 
 
 def test_thinking_tags_keep_the_blanks_written_around_a_thought() -> None:
     """llama.cpp's reasoning start and end: the tags with the blanks the template writes after the opening one
     and around the closing one (what a continued message's prompt writes: app/templating/continuation.py)."""
-    seed = thinking_tags(template("ByteDance-Seed-OSS"))
+    seed = tags_of("ByteDance-Seed-OSS")
     assert (seed.start, seed.end) == ("<seed:think>", "</seed:think>\n")
-    qwen3 = thinking_tags(template("Qwen3-Coder"))
+    qwen3 = tags_of("Qwen3-Coder")
     assert (qwen3.start, qwen3.end) == ("<think>", "</think>")  # it shows no thought: the bare default
 
 

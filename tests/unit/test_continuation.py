@@ -10,7 +10,7 @@ from app.handlers.recipients import RecipientStream
 from app.templating.chat_template import ChatTemplate, TemplateChoice
 from app.templating.continuation import Continuation, continuation_mode, continued_prompt
 from app.templating.dedicated import continuation_tags, declared_thinking_tags
-from app.templating.template_caps import ThinkingTags, thinking_tags
+from app.templating.template_caps import ThinkingTags, analyse_thinking
 
 TEMPLATES = Path(__file__).resolve().parents[1] / "data" / "templates"
 USER = {"role": "user", "content": "Name a colour."}
@@ -36,7 +36,8 @@ def test_the_mode_is_llama_servers() -> None:
 def test_a_thinking_templates_continued_answer_closes_its_thought_first() -> None:
     """Seed-OSS thinks in its own tags: the answer goes on after an (empty) thought in them, with the blanks the
     template writes; the thought itself goes on inside the open tag."""
-    seed = thinking_tags(template("ByteDance-Seed-OSS"))
+    seed = analyse_thinking(template("ByteDance-Seed-OSS")).tags
+    assert seed is not None
     answer = continued("ByteDance-Seed-OSS", {"content": "My favourite colour is"}, Continuation.CONTENT, seed)
     assert answer.endswith("assistant\n<seed:think></seed:think>\nMy favourite colour is")
     thought = continued("ByteDance-Seed-OSS", {"content": "", "reasoning_content": "They want"},

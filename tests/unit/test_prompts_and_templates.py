@@ -9,7 +9,7 @@ import pytest
 from app.handlers.prompts import is_single_prompt, split_prompts, tokenize_prompt
 from app.protocol.errors import InvalidRequestError
 from app.templating.chat_template import CHATML, ChatTemplate, TemplateChoice, TemplateError, choose_template
-from app.templating.template_caps import supports_thinking
+from app.templating.template_caps import analyse_thinking
 from tests.fakes import FakeVocabulary, encode
 
 
@@ -150,7 +150,7 @@ def test_a_template_that_closes_its_think_block_unless_told_to_think_thinks_by_d
     source = ("{% for m in messages %}{{ m.content }}{% endfor %}{% if add_generation_prompt %}<think>\n"
               "{% if not enable_thinking %}</think>{% endif %}{% endif %}")
     template = ChatTemplate(TemplateChoice(source, None), "<s>", "</s>", builtin)
-    assert supports_thinking(template)
+    assert analyse_thinking(template).thinks
     for flags, ending in (((), "<think>\n"), (("--reasoning", "on"), "<think>\n"),
                           (("--reasoning", "off"), "<think>\n</think>")):
         kwargs = {"enable_thinking": True, **parse_settings(["-m", "m.gguf", *flags], {}).template_kwargs}
@@ -168,8 +168,8 @@ def test_a_template_that_closes_its_think_block_unless_told_to_think_thinks_by_d
 ])
 def test_which_templates_think(source: str, thinks: bool) -> None:
     """llama-server's --reasoning auto gives enable_thinking only to a template its chat analysis finds
-    thinking in; ``supports_thinking`` finds the same."""
-    assert supports_thinking(ChatTemplate(TemplateChoice(source, None), "<s>", "</s>", builtin)) is thinks
+    thinking in; ``analyse_thinking`` finds the same."""
+    assert analyse_thinking(ChatTemplate(TemplateChoice(source, None), "<s>", "</s>", builtin)).thinks is thinks
 
 
 def test_an_undefined_value_is_null_in_json_as_in_llama_cpps_jinja() -> None:
