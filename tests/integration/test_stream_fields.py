@@ -71,15 +71,16 @@ def two_slots(server_dir: Path) -> Iterator[Server]:
     assert server.stop() == 0, server.log()
 
 
-def test_a_stream_stalled_by_another_prompt_is_pinged(two_slots: Server) -> None:
+@pytest.mark.parametrize(("path", "budget"), [("/completion", "n_predict"), ("/v1/completions", "max_tokens")])
+def test_a_stream_stalled_by_another_prompt_is_pinged(two_slots: Server, path: str, budget: str) -> None:
     """sse_ping_interval 1: while another request's ~2,000-token prompt is decoded (one step of it, seconds on
     a CPU), a running stream gets no token; it gets an SSE comment instead, and its tokens go on after it."""
     stalling = threading.Thread(target=lambda: requests.post(two_slots.url("/completion"), json={
         "prompt": "The quick brown fox jumps over the lazy dog. " * 200, "n_predict": 1, "cache_prompt": False},
         timeout=300))
     lines: list[str] = []
-    with requests.post(two_slots.url("/completion"), stream=True, timeout=300, json={
-            "prompt": "Once upon a time", "n_predict": 400, "ignore_eos": True, "stream": True,
+    with requests.post(two_slots.url(path), stream=True, timeout=300, json={
+            "prompt": "Once upon a time", budget: 400, "ignore_eos": True, "stream": True,
             "sse_ping_interval": 1}) as reply:
         assert reply.status_code == 200
         for line in reply.iter_lines(decode_unicode=True):
@@ -92,4 +93,6 @@ def test_a_stream_stalled_by_another_prompt_is_pinged(two_slots: Server) -> None
                 break
     stalling.join(300)
     assert lines[0].startswith("data: ") and ":" in lines, lines[:5]
-    assert lines[-1].startswith("data: ") and not json.loads(lines[-1][6:])["stop"]  # the stream went on
+    assert lines[-1].startswith("data: ")
+    last = json.loads(lines[-1][6:])
+    assert not (last["stop"] if path == "/completion" else last["choices"][0]["finish_reason"])  # it went on
